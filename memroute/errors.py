@@ -1,0 +1,60 @@
+"""Typed errors that carry the HTTP status they map to.
+
+Every input problem is raised as one of these before any model is called, so the
+CLI can name the bad field and the HTTP layer can answer with the right 4xx.
+"""
+
+from __future__ import annotations
+
+
+class MemrouteError(Exception):
+    """Base class; ``status`` is the HTTP status code the error maps to."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidRequest(MemrouteError):
+    status = 400
+    code = "invalid_request_error"
+
+
+class Unauthorized(MemrouteError):
+    status = 401
+    code = "invalid_api_key"
+
+
+class NotFound(MemrouteError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(MemrouteError):
+    status = 413
+    code = "payload_too_large"
+
+
+class ConfigError(MemrouteError):
+    """A configuration value is wrong; ``field`` names it (e.g. ``retrieval.fusion``)."""
+
+    status = 400
+    code = "config_error"
+
+
+class AssetError(MemrouteError):
+    """A model asset is missing or corrupt; the message says which and what to run."""
+
+    status = 500
+    code = "asset_error"
+
+
+class BackendError(MemrouteError):
+    """A model back end failed (engine crash, HTTP error from an upstream server)."""
+
+    status = 502
+    code = "backend_error"

@@ -1,0 +1,30 @@
+"""MemoryStore protocol: per-user turn-pair memories with vectors."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from memroute.types import Memory, TurnPair
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    def upsert(self, pairs: Sequence[TurnPair], vectors: np.ndarray) -> int:
+        """Store turn-pairs (ids are deterministic, so re-inserts replace). Returns rows written."""
+        ...
+
+    def search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple[Memory, float]]:
+        """Dense search restricted to ``user_id``; (memory, cosine similarity), best first."""
+        ...
+
+    def list_user(self, user_id: str) -> list[Memory]:
+        """All memories of one user (for the BM25 index)."""
+        ...
+
+    def count(self, user_id: str | None = None) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,150 @@
+"""Core value types shared by every layer (store, retrieval, back ends, router, eval)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Literal
+
+from memroute.errors import InvalidRequest
+
+Role = Literal["system", "user", "assistant"]
+
+# User ids become Milvus partition-key values and filter parameters; keep them boring.
+USER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+
+
+def validate_user_id(user_id: object, *, field_name: str = "user_id") -> str:
+    """Return ``user_id`` if it is a safe id, else raise :class:`InvalidRequest` naming the field."""
+    if not isinstance(user_id, str):
+        raise InvalidRequest(
+            f"{field_name} must be a string, got {type(user_id).__name__}", field=field_name
+        )
+    if not USER_ID_RE.fullmatch(user_id):
+        raise InvalidRequest(
+            f"{field_name} {user_id[:40]!r} is invalid: use 1-128 characters from "
+            "letters, digits and _ . : @ - (starting with a letter or digit)",
+            field=field_name,
+        )
+    return user_id
+
+
+def format_session_date(epoch_s: int) -> str:
+    """``1683504000`` -> ``8 May 2023`` (UTC), the prefix style of the paper's turn-pairs."""
+    d = datetime.fromtimestamp(epoch_s, tz=timezone.utc)
+    return f"{d.day} {d.strftime('%B %Y')}"
+
+
+def stable_id(*parts: object) -> int:
+    """Deterministic positive INT64 from the parts, so re-inserting a turn never duplicates it."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class TurnPair:
+    """One answered exchange: what the user asked and what the assistant replied."""
+
+    user_id: str
+    session_id: str
+    turn_index: int
+    user_text: str
+    assistant_text: str
+    session_time: int  # epoch seconds, UTC
+    source_model: str = ""
+    created_at: float = 0.0  # epoch seconds when recorded
+
+    @property
+    def id(self) -> int:
+        return stable_id(self.user_id, self.session_id, self.turn_index)
+
+    def text(self) -> str:
+        return (
+            f"[{format_session_date(self.session_time)}] "
+            f"Q: {self.user_text} / A: {self.assistant_text}"
+        )
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A stored turn-pair as read back from the store."""
+
+    id: int
+    user_id: str
+    text: str
+    session_time: int
+    source_model: str = ""
+    created_at: float = 0.0
+    session_id: str = ""
+    turn_index: int = 0
+
+
+@dataclass(frozen=True)
+class RetrievalHit:
+    memory: Memory
+    score: float  # fused score (higher is better)
+    dense_score: float | None = None
+    bm25_score: float | None = None
+
+
+@dataclass
+class ModelReply:
+    """What a back end returns for one generation (greedy by default)."""
+
+    text: str
+    model_id: str
+    logprobs: list[float]  # log p of each generated token
+    prompt_tokens: int
+    completion_tokens: int
+    # log p of the best token other than the chosen one, per position (top-2 margin confidence)
+    alt_logprobs: list[float] | None = None
+    latency_s: float = 0.0
+    finish_reason: str = "stop"
+
+
+@dataclass
+class CallRecord:
+    """Exact token attribution and cost of one model call."""
+
+    tier: int
+    model_id: str
+    base_prompt_tokens: int  # prompt without the memory block
+    injected_tokens: int  # prompt tokens added by the memory block
+    output_tokens: int
+    eff_cost: float  # (in + 4*out) * P/8
+    latency_s: float
+    confidence: float
+    accepted: bool
+    params_b: float = 0.0
+
+    @property
+    def input_tokens(self) -> int:
+        return self.base_prompt_tokens + self.injected_tokens
+
+
+@dataclass
+class RouteDecision:
+    answered_tier: int
+    answered_model: str
+    confidences: list[float]  # one per tier tried, in order
+    escalated: bool
+    memories: list[RetrievalHit] = field(default_factory=list)
+
+
+@dataclass
+class RouteResult:
+    answer: str
+    decision: RouteDecision
+    calls: list[CallRecord]
+
+    @property
+    def eff_cost(self) -> float:
+        return sum(c.eff_cost for c in self.calls)
