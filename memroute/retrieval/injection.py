@@ -1,0 +1,56 @@
+"""Inject retrieved memories into a chat prompt within a token budget.
+
+Memories go into the system context (the paper's "system-context messages"). The budget is
+counted with the *target* model's tokenizer, so the same memories may fit one tier and not
+another; the probe tier can be given a smaller budget than escalations.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from memroute.types import Message, RetrievalHit
+
+MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
+
+
+def memory_line(hit: RetrievalHit) -> str:
+    return f"- {hit.memory.text}"
+
+
+def select_within_budget(
+    hits: Sequence[RetrievalHit], budget_tokens: int, count_text_tokens: Callable[[str], int]
+) -> list[RetrievalHit]:
+    """Best-ranked memories whose rendered block fits in ``budget_tokens``.
+
+    Walks the ranking in order and skips a memory that does not fit (a shorter, lower-ranked
+    one may still fit), then checks the exact token count of the final block.
+    """
+    if budget_tokens <= 0 or not hits:
+        return []
+    chosen: list[RetrievalHit] = []
+    used = count_text_tokens(MEMORY_HEADER)
+    for hit in hits:
+        cost = count_text_tokens(memory_line(hit)) + 1  # +1 for the joining newline
+        if used + cost <= budget_tokens:
+            chosen.append(hit)
+            used += cost
+    # Token counts are not exactly additive across joins; trim until the real block fits.
+    while chosen and count_text_tokens(render_memory_block(chosen)) > budget_tokens:
+        chosen.pop()
+    return chosen
+
+
+def render_memory_block(hits: Sequence[RetrievalHit]) -> str:
+    """Chronological order, so a later correction reads after the value it replaces."""
+    ordered = sorted(hits, key=lambda h: (h.memory.session_time, h.memory.session_id, h.memory.turn_index))
+    return "\n".join([MEMORY_HEADER, *map(memory_line, ordered)])
+
+
+def build_messages(
+    system_prompt: str, query: str, hits: Sequence[RetrievalHit] = ()
+) -> list[Message]:
+    system = system_prompt
+    if hits:
+        system = f"{system_prompt}\n\n{render_memory_block(hits)}"
+    return [Message("system", system), Message("user", query)]

@@ -1,0 +1,73 @@
+"""Small fakes for unit tests: a word-counting back end and an in-memory retriever."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from memroute.types import Memory, Message, ModelReply, RetrievalHit, TurnPair
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+class FakeBackend:
+    """Answers with a fixed text and fixed per-token logprobs; tokens are words."""
+
+    def __init__(self, model_id: str, answer: str = "blue", logprob: float = -0.1) -> None:
+        self.model_id = model_id
+        self.answer = answer
+        self.logprob = logprob
+        self.prompts: list[list[Message]] = []
+
+    def count_text_tokens(self, text: str) -> int:
+        return words(text)
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return sum(words(m.content) + 2 for m in messages) + 1
+
+    def generate(self, messages, *, max_tokens=32, stop=None, temperature=0.0) -> ModelReply:
+        self.prompts.append(list(messages))
+        n = words(self.answer)
+        return ModelReply(
+            text=self.answer,
+            model_id=self.model_id,
+            logprobs=[self.logprob] * n,
+            alt_logprobs=[self.logprob - 1.0] * n,
+            prompt_tokens=self.count_tokens(messages),
+            completion_tokens=n,
+            latency_s=0.01,
+        )
+
+    def generate_many(self, batch, **kw) -> list[ModelReply]:
+        return [self.generate(m, **kw) for m in batch]
+
+    def close(self) -> None:
+        pass
+
+
+class FakeRetriever:
+    """Keyword retriever over stored pairs; records what it was asked to remember."""
+
+    def __init__(self) -> None:
+        self.pairs: list[TurnPair] = []
+
+    def remember(self, pairs: Sequence[TurnPair]) -> int:
+        self.pairs.extend(pairs)
+        return len(pairs)
+
+    def retrieve_many(self, user_ids, queries, *, top_k=None) -> list[list[RetrievalHit]]:
+        out = []
+        for uid, q in zip(user_ids, queries):
+            qw = set(q.lower().split())
+            hits = []
+            for p in self.pairs:
+                if p.user_id != uid:
+                    continue
+                overlap = len(qw & set(p.text().lower().split()))
+                if overlap:
+                    m = Memory(p.id, p.user_id, p.text(), p.session_time, p.source_model, 0.0, p.session_id, p.turn_index)
+                    hits.append(RetrievalHit(m, float(overlap)))
+            hits.sort(key=lambda h: -h.score)
+            out.append(hits[: top_k or 5])
+        return out

@@ -1,0 +1,114 @@
+import pytest
+
+from memroute.accounting.cost import Pricing
+from memroute.config import RetrievalConfig, RouterConfig
+from memroute.errors import InvalidRequest
+from memroute.routing.router import RouteRequest, Router, Tier
+from memroute.types import TurnPair
+
+from .fakes import FakeBackend, FakeRetriever
+
+
+def make(tau=0.5, small_lp=-0.3, use_memory=True, use_routing=True, store=True):
+    small = FakeBackend("small", answer="Rex", logprob=small_lp)
+    large = FakeBackend("large", answer="Rex the dog", logprob=-0.05)
+    retriever = FakeRetriever()
+    retriever.remember([TurnPair("alice", "s1", 0, "my dog is called Rex", "Nice name!", 1714521600)])
+    cfg = RouterConfig(tau=tau, use_memory=use_memory, use_routing=use_routing, store_answers=store)
+    router = Router(
+        [Tier("small", small, Pricing(0.5)), Tier("large", large, Pricing(1.5))],
+        cfg,
+        RetrievalConfig(top_k=3, probe_token_budget=64, token_budget=256),
+        retriever if use_memory else None,
+    )
+    return router, small, large, retriever
+
+
+def test_accepts_on_small_when_confident():
+    router, small, large, _ = make(tau=0.5, small_lp=-0.3)  # c = 0.9
+    res = router.route("alice", "what is my dog called?")
+    assert res.answer == "Rex"
+    assert res.decision.answered_tier == 0 and not res.decision.escalated
+    assert res.decision.confidences == [pytest.approx(0.9)]
+    assert len(res.calls) == 1 and res.calls[0].accepted
+    assert not large.prompts
+
+
+def test_escalates_below_tau_with_the_same_memories():
+    router, small, large, _ = make(tau=0.95, small_lp=-0.3)
+    res = router.route("alice", "what is my dog called?")
+    assert res.decision.answered_tier == 1 and res.decision.escalated
+    assert res.answer == "Rex the dog"
+    assert [c.accepted for c in res.calls] == [False, True]
+    assert len(res.decision.confidences) == 2
+    # both tiers saw the retrieved memory in their system context
+    assert "Rex" in small.prompts[0][0].content and "Rex" in large.prompts[0][0].content
+
+
+def test_tau_one_always_escalates_tau_zero_never():
+    router, *_ = make(tau=1.0, small_lp=-0.01)
+    assert router.route("alice", "dog?").decision.answered_tier == 1
+    router, *_ = make(tau=0.0, small_lp=-9.0)
+    assert router.route("alice", "dog?").decision.answered_tier == 0
+
+
+def test_routing_off_uses_first_model_only():
+    router, small, large, _ = make(tau=1.0, use_routing=False)
+    res = router.route("alice", "dog?")
+    assert res.decision.answered_tier == 0 and not large.prompts
+
+
+def test_token_attribution_is_exact_against_the_backend_count():
+    router, small, _, _ = make(tau=0.0)
+    res = router.route("alice", "what is my dog called?")
+    call = res.calls[0]
+    with_mem = small.count_tokens(small.prompts[0])
+    assert call.input_tokens == with_mem
+    assert call.injected_tokens > 0
+    # (in + 4 out) * P/8 with P=0.5
+    assert call.eff_cost == pytest.approx((with_mem + 4 * call.output_tokens) * 0.5 / 8)
+
+
+def test_memory_off_injects_nothing():
+    router, small, _, _ = make(tau=0.0, use_memory=False)
+    res = router.route("alice", "what is my dog called?")
+    assert res.calls[0].injected_tokens == 0 and res.decision.memories == []
+
+
+def test_answers_become_memories_of_that_user_whichever_tier_answered():
+    router, _, _, retriever = make(tau=1.0)
+    router.route("alice", "where do I live?", session_time=1717200000)
+    stored = retriever.pairs[-1]
+    assert stored.user_id == "alice" and stored.user_text == "where do I live?"
+    assert stored.assistant_text == "Rex the dog" and stored.source_model == "large"
+    assert stored.session_time == 1717200000
+
+
+def test_no_store_when_disabled():
+    router, _, _, retriever = make(store=False)
+    router.route("alice", "q?")
+    assert len(retriever.pairs) == 1
+
+
+def test_batch_equals_singles():
+    router, *_ = make(tau=0.5)
+    batch = router.route_many([RouteRequest("alice", "dog?"), RouteRequest("bob", "dog?")])
+    assert [r.answer for r in batch] == ["Rex", "Rex"]
+    assert batch[1].decision.memories == []  # bob has no memories of alice
+
+
+@pytest.mark.parametrize("uid", ['x" or user_id != "', "", None, "a b", {"a": 1}])
+def test_bad_user_ids_are_rejected_before_any_model_call(uid):
+    router, small, _, retriever = make()
+    with pytest.raises(InvalidRequest):
+        router.route(uid, "q?")
+    assert not small.prompts and len(retriever.pairs) == 1
+
+
+def test_empty_query_and_bad_tau_rejected():
+    router, *_ = make()
+    with pytest.raises(InvalidRequest, match="empty"):
+        router.route("alice", "   ")
+    with pytest.raises(InvalidRequest) as e:
+        make(tau=1.5)
+    assert e.value.field == "router.tau"
