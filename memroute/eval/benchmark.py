@@ -1,0 +1,155 @@
+"""Run evaluation conditions over a conversational QA set and summarize them.
+
+Pure library code: the job in ``jobs/benchmark.py`` builds the parts from config and calls
+:func:`run_conditions`; tests call it with small real parts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from memroute.config import RetrievalConfig, RouterConfig
+from memroute.eval.conditions import CONDITIONS
+from memroute.eval.datasets.locomo import Conversation, turn_pairs
+from memroute.eval.metrics import bleu1, f1
+from memroute.llm.base import Backend
+from memroute.routing.router import MemoryRetriever, RouteRequest, Router, Tier
+from memroute.types import ModelReply
+
+
+class TimedBackend:
+    """Wraps a back end and accumulates the wall time spent generating.
+
+    Lets the benchmark report the router's own overhead (retrieval, token counting,
+    prompt building, memory writes) as a share of request time.
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.generate_s = 0.0
+
+    def generate(self, messages, **kw) -> ModelReply:  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        try:
+            return self.inner.generate(messages, **kw)
+        finally:
+            self.generate_s += time.perf_counter() - t
+
+    def generate_many(self, batch, **kw) -> list[ModelReply]:  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        try:
+            return self.inner.generate_many(batch, **kw)
+        finally:
+            self.generate_s += time.perf_counter() - t
+
+    def count_tokens(self, messages) -> int:  # type: ignore[no-untyped-def]
+        return self.inner.count_tokens(messages)
+
+    def count_text_tokens(self, text: str) -> int:
+        return self.inner.count_text_tokens(text)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass
+class ConditionTiming:
+    condition: str
+    wall_s: float
+    generate_s: float
+
+    @property
+    def overhead_share(self) -> float:
+        return max(0.0, self.wall_s - self.generate_s) / self.wall_s if self.wall_s else 0.0
+
+
+def ingest(conversations: Sequence[Conversation], retriever: MemoryRetriever) -> dict[int, tuple[str, ...]]:
+    """Store every conversation's turn-pairs (user = sample id); returns memory id -> dia_ids."""
+    dia: dict[int, tuple[str, ...]] = {}
+    for conv in conversations:
+        records = turn_pairs(conv)
+        retriever.remember([r.pair for r in records])
+        dia.update({r.pair.id: r.dia_ids for r in records})
+    return dia
+
+
+def run_conditions(
+    conversations: Sequence[Conversation],
+    tiers: Sequence[Tier],
+    retriever: MemoryRetriever,
+    router_cfg: RouterConfig,
+    retrieval_cfg: RetrievalConfig,
+    conditions: Sequence[str],
+    *,
+    memory_dia_ids: dict[int, tuple[str, ...]],
+    batch_size: int = 16,
+    progress: bool = True,
+) -> tuple[list[dict[str, Any]], list[ConditionTiming]]:
+    """Answer every question under every condition; one prediction row per (condition, question)."""
+    from tqdm.auto import tqdm
+
+    questions = [(conv, qa) for conv in conversations for qa in conv.qa]
+    small_model = tiers[0].backend.model_id
+    rows: list[dict[str, Any]] = []
+    timings: list[ConditionTiming] = []
+    for name in conditions:
+        cond = CONDITIONS.get(name, field="conditions")
+        timed = [TimedBackend(tiers[i].backend) for i in cond.tier_indexes(len(tiers))]
+        cond_tiers = [
+            Tier(tiers[i].name, tb, tiers[i].pricing)  # type: ignore[arg-type]
+            for i, tb in zip(cond.tier_indexes(len(tiers)), timed)
+        ]
+        # Evaluation measures a fixed memory: answers are not written back here.
+        cfg = replace(router_cfg, use_memory=cond.use_memory, use_routing=cond.use_routing, store_answers=False)
+        router = Router(cond_tiers, cfg, retrieval_cfg, retriever if cond.use_memory else None)
+        start = time.perf_counter()
+        bar = tqdm(total=len(questions), desc=name, disable=not progress, unit="q")
+        for lo in range(0, len(questions), batch_size):
+            chunk = questions[lo : lo + batch_size]
+            reqs = [RouteRequest(conv.sample_id, qa.question) for conv, qa in chunk]
+            for (conv, qa), res in zip(chunk, router.route_many(reqs)):
+                rows.append(_row(name, conv, qa, res, small_model, memory_dia_ids))
+            bar.update(len(chunk))
+        bar.close()
+        timings.append(
+            ConditionTiming(name, time.perf_counter() - start, sum(t.generate_s for t in timed))
+        )
+    return rows, timings
+
+
+def _row(cond: str, conv: Conversation, qa: Any, res: Any, small_model: str, dia: dict[int, tuple[str, ...]]) -> dict[str, Any]:
+    injected_dia = {d for h in res.decision.memories for d in dia.get(h.memory.id, ())}
+    evidence = set(qa.evidence)
+    return {
+        "condition": cond,
+        "sample_id": conv.sample_id,
+        "qid": qa.qid,
+        "category": qa.category,
+        "fact_type": qa.fact_type or f"cat{qa.category}",
+        "question": qa.question,
+        "reference": qa.answer,
+        "prediction": res.answer,
+        "f1": f1(res.answer, qa.answer, category=qa.category),
+        "bleu1": bleu1(res.answer, qa.answer),
+        "answered_tier": res.decision.answered_tier,
+        "answered_model": res.decision.answered_model,
+        "on_small": res.decision.answered_model == small_model,
+        "escalated": res.decision.escalated,
+        "confidences": res.decision.confidences,
+        "memories": len(res.decision.memories),
+        "evidence_injected": bool(evidence & injected_dia) if evidence else None,
+        "input_tokens": sum(c.input_tokens for c in res.calls),
+        "base_tokens": sum(c.base_prompt_tokens for c in res.calls),
+        "injected_tokens": sum(c.injected_tokens for c in res.calls),
+        "output_tokens": sum(c.output_tokens for c in res.calls),
+        "eff_cost": res.eff_cost,
+        "calls": [
+            {"tier": c.tier, "model": c.model_id, "in": c.input_tokens, "injected": c.injected_tokens,
+             "out": c.output_tokens, "confidence": c.confidence, "accepted": c.accepted,
+             "latency_s": c.latency_s, "params_b": c.params_b}
+            for c in res.calls
+        ],
+    }

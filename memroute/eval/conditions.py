@@ -1,0 +1,36 @@
+"""Evaluation conditions of the paper (Sec. IV-D), selectable by name.
+
+Each condition picks cascade tiers and switches memory / routing; everything else
+(models, retrieval, tau) comes from the same config, so conditions differ only in what
+the name says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memroute.registry import Registry
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    tiers: str  # "first" | "all" | "last"
+    use_memory: bool
+    use_routing: bool
+    description: str
+
+    def tier_indexes(self, n_tiers: int) -> list[int]:
+        return {"first": [0], "all": list(range(n_tiers)), "last": [n_tiers - 1]}[self.tiers]
+
+
+CONDITIONS: Registry[Condition] = Registry("condition")
+for _c in (
+    Condition("cold_small", "first", False, False, "small model, no memory, no routing"),
+    Condition("cold_compound", "all", False, True, "no memory + confidence routing"),
+    Condition("warm_memory_only", "first", True, False, "memory injected, small model only"),
+    Condition("warm_compound", "all", True, True, "memory + routing: the full pipeline"),
+    Condition("cold_large", "last", False, False, "largest model, no memory, no routing"),
+):
+    CONDITIONS.add(_c.name, _c)
+del _c
