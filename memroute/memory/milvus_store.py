@@ -1,0 +1,398 @@
+"""Turn-pair memories in Milvus: a Milvus Lite file by default, a server by URI.
+
+One collection holds every user; ``user_id`` is the partition key, and every read carries a
+user filter built by :mod:`memroute.memory.filters` (validated id, template parameters or a
+checked literal), so a request can only ever see its own user's rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memroute.config.schema import MemoryConfig
+from memroute.errors import BackendError, ConfigError, InvalidRequest
+from memroute.memory import filters
+from memroute.types import Memory, TurnPair, validate_user_id
+
+log = logging.getLogger(__name__)
+
+# VARCHAR limits of the schema (bytes of UTF-8; Milvus servers count bytes).
+MAX_TEXT = 8192
+MAX_USER_ID = 128
+MAX_SESSION_ID = 256
+MAX_SOURCE_MODEL = 256
+
+WRITE_BATCH = 1000  # rows per upsert request
+READ_BATCH = 1000  # rows per query-iterator page
+MAX_SEARCH_LIMIT = 16384  # Milvus' top-k ceiling
+
+INDEX_PARAMS: dict[str, dict[str, Any]] = {
+    "FLAT": {},
+    "IVF_FLAT": {"nlist": 128},
+    "HNSW": {"M": 16, "efConstruction": 200},
+    "AUTOINDEX": {},
+}
+# Scores are cosine similarities; IP equals cosine on the encoder's L2-normalized vectors.
+METRICS = ("COSINE", "IP")
+OUTPUT_FIELDS = [
+    "id",
+    "user_id",
+    "text",
+    "session_id",
+    "turn_index",
+    "session_time",
+    "source_model",
+    "created_at",
+]
+
+
+def is_server_uri(uri: str) -> bool:
+    return uri.startswith(("http://", "https://", "tcp://", "grpc://", "unix:"))
+
+
+class MilvusMemoryStore:
+    """:class:`~memroute.memory.base.MemoryStore` on pymilvus' ``MilvusClient``."""
+
+    def __init__(self, cfg: MemoryConfig, dim: int) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ConfigError(
+                f"embedding dim must be a positive integer, got {dim!r}", field="embedder.dim"
+            )
+        index_type = cfg.index_type.upper()
+        if index_type not in INDEX_PARAMS:
+            raise ConfigError(
+                f"Unknown index_type {cfg.index_type!r}. Available: {', '.join(INDEX_PARAMS)}",
+                field="memory.index_type",
+            )
+        metric = cfg.metric.upper()
+        if metric not in METRICS:
+            raise ConfigError(
+                f"metric {cfg.metric!r} is not supported: scores are cosine similarities, "
+                f"use one of {', '.join(METRICS)}",
+                field="memory.metric",
+            )
+        if cfg.num_partitions < 1:
+            raise ConfigError("num_partitions must be >= 1", field="memory.num_partitions")
+        if not cfg.collection:
+            raise ConfigError("collection must not be empty", field="memory.collection")
+
+        self.cfg = cfg
+        self.dim = dim
+        self.collection = cfg.collection
+        self._index_type = index_type
+        self._metric = metric
+        self._client = self._connect(cfg)
+        self._closed = False
+        try:
+            if self._client.has_collection(self.collection):
+                self._check_existing_schema()
+            else:
+                self._create_collection()
+            # Reopened collections are not searchable until loaded.
+            self._client.load_collection(self.collection)
+            self._templates = self._probe_filter_templates()
+        except Exception:
+            self.close()
+            raise
+        log.debug(
+            "opened %s collection=%s dim=%d filter_templates=%s",
+            self.uri, self.collection, dim, self._templates,
+        )
+
+    # ------------------------------------------------------------------ setup
+    def _connect(self, cfg: MemoryConfig) -> Any:
+        from pymilvus import MilvusClient
+        from pymilvus.exceptions import MilvusException
+
+        if is_server_uri(cfg.uri):
+            self.uri = cfg.uri
+        else:
+            path = Path(cfg.uri).expanduser().resolve()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.uri = str(path)
+        try:
+            return MilvusClient(uri=self.uri, token=cfg.token)
+        except MilvusException as exc:
+            hint = (
+                ""
+                if is_server_uri(cfg.uri)
+                else " A Milvus Lite file can be open in one process only; for several processes "
+                "run `milvus-lite server --data-dir DIR --host 127.0.0.1` and use its http:// URI."
+            )
+            raise BackendError(
+                f"cannot open Milvus at {self.uri}: {exc.message}.{hint}", field="memory.uri"
+            ) from exc
+
+    def _create_collection(self) -> None:
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(
+            auto_id=False, enable_dynamic_field=False, partition_key_field="user_id"
+        )
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("user_id", DataType.VARCHAR, max_length=MAX_USER_ID, is_partition_key=True)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+        schema.add_field("session_id", DataType.VARCHAR, max_length=MAX_SESSION_ID)
+        schema.add_field("turn_index", DataType.INT64)
+        schema.add_field("session_time", DataType.INT64)
+        schema.add_field("source_model", DataType.VARCHAR, max_length=MAX_SOURCE_MODEL)
+        schema.add_field("created_at", DataType.DOUBLE)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+        index = self._client.prepare_index_params()
+        index.add_index(
+            field_name="vector",
+            index_type=self._index_type,
+            metric_type=self._metric,
+            params=INDEX_PARAMS[self._index_type],
+        )
+        self._client.create_collection(
+            self.collection,
+            schema=schema,
+            index_params=index,
+            num_partitions=self.cfg.num_partitions,
+            # A turn-pair written by one request must be visible to the next one.
+            consistency_level="Strong",
+        )
+
+    def _check_existing_schema(self) -> None:
+        desc = self._client.describe_collection(self.collection)
+        fields = {f["name"]: f for f in desc.get("fields", [])}
+        missing = [n for n in [*OUTPUT_FIELDS, "vector"] if n not in fields]
+        if missing:
+            raise ConfigError(
+                f"collection {self.collection!r} at {self.uri} is not a memroute collection "
+                f"(missing fields {missing}); choose another memory.collection",
+                field="memory.collection",
+            )
+        stored_dim = int(fields["vector"].get("params", {}).get("dim", -1))
+        if stored_dim != self.dim:
+            raise ConfigError(
+                f"collection {self.collection!r} at {self.uri} stores {stored_dim}-dim vectors but "
+                f"the encoder produces {self.dim}: use the embedder it was built with "
+                "(embedder.name / embedder.dim) or another memory.collection",
+                field="embedder.dim",
+            )
+
+    def _probe_filter_templates(self) -> bool:
+        """True if the server honours ``filter_params`` (Milvus >= 2.5); Lite 3.2.2 does not."""
+        from pymilvus.exceptions import MilvusException
+
+        expr, params = filters.user_filter("probe")
+        with _quiet_pymilvus():
+            try:
+                self._client.query(
+                    self.collection,
+                    filter=expr,
+                    filter_params=params,
+                    output_fields=["id"],
+                    limit=1,
+                )
+            except MilvusException:
+                return False
+        return True
+
+    def _filter_kwargs(self, flt: filters.Filter) -> dict[str, Any]:
+        expr, params = flt
+        if self._templates:
+            return {"filter": expr, "filter_params": params}
+        return {"filter": filters.render(expr, params)}
+
+    # ----------------------------------------------------------------- writes
+    def upsert(self, pairs: Sequence[TurnPair], vectors: np.ndarray) -> int:
+        """Insert or replace turn-pairs (deterministic ids). Returns the number of rows written.
+
+        Validates every row before writing any, writes in batches of :data:`WRITE_BATCH` and
+        flushes after a bulk load (unflushed Milvus Lite searches are 20-50x slower).
+        """
+        self._check_open()
+        vecs = self._check_vectors(vectors, len(pairs), field="vectors")
+        rows: dict[int, dict[str, Any]] = {}
+        for pair, vec in zip(pairs, vecs):
+            # Later duplicates win: Milvus refuses duplicate keys inside one upsert request.
+            rows[pair.id] = self._row(pair, vec)
+        batch = list(rows.values())
+        for start in range(0, len(batch), WRITE_BATCH):
+            self._client.upsert(self.collection, batch[start : start + WRITE_BATCH])
+        if len(batch) >= WRITE_BATCH:
+            self.flush()
+        return len(batch)
+
+    def _row(self, pair: TurnPair, vec: np.ndarray) -> dict[str, Any]:
+        if not isinstance(pair, TurnPair):
+            raise InvalidRequest(f"expected a TurnPair, got {type(pair).__name__}", field="pairs")
+        validate_user_id(pair.user_id)
+        text = pair.text()
+        _check_varchar(text, MAX_TEXT, "text")
+        _check_varchar(pair.session_id, MAX_SESSION_ID, "session_id")
+        _check_varchar(pair.source_model, MAX_SOURCE_MODEL, "source_model")
+        for name in ("turn_index", "session_time"):
+            value = getattr(pair, name)
+            if not _is_int(value) or not -(2**63) <= value < 2**63:
+                raise InvalidRequest(f"{name} must be an INT64 integer, got {value!r}", field=name)
+        if not math.isfinite(float(pair.created_at)):
+            raise InvalidRequest("created_at must be a finite number", field="created_at")
+        return {
+            "id": pair.id,
+            "user_id": pair.user_id,
+            "text": text,
+            "session_id": pair.session_id,
+            "turn_index": pair.turn_index,
+            "session_time": pair.session_time,
+            "source_model": pair.source_model,
+            "created_at": float(pair.created_at),
+            "vector": vec.tolist(),
+        }
+
+    def _check_vectors(self, vectors: np.ndarray, n: int, *, field: str) -> np.ndarray:
+        arr = np.asarray(vectors, dtype=np.float32)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape != (n, self.dim):
+            raise InvalidRequest(
+                f"{field} has shape {tuple(np.shape(vectors))}, expected ({n}, {self.dim})",
+                field=field,
+            )
+        if not np.isfinite(arr).all():
+            raise InvalidRequest(f"{field} contains NaN or infinite values", field=field)
+        return arr
+
+    def flush(self) -> None:
+        self._check_open()
+        self._client.flush(self.collection)
+
+    # ------------------------------------------------------------------ reads
+    def search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple[Memory, float]]:
+        """Dense search within ``user_id``'s rows: (memory, cosine similarity), best first."""
+        self._check_open()
+        flt = filters.user_filter(user_id)
+        if not _is_int(limit) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+            raise InvalidRequest(
+                f"limit must be an integer in 1..{MAX_SEARCH_LIMIT}", field="limit"
+            )
+        vec = self._check_vectors(vector, 1, field="vector")[0]
+        res = self._client.search(
+            self.collection,
+            data=[vec.tolist()],
+            anns_field="vector",
+            limit=limit,
+            output_fields=OUTPUT_FIELDS,
+            search_params={"metric_type": self._metric, "params": self._search_params(limit)},
+            **self._filter_kwargs(flt),
+        )
+        hits = [(_memory(h["entity"], h["id"]), float(h["distance"])) for h in res[0]]
+        hits.sort(key=lambda mh: -mh[1])  # servers return best first; make it a guarantee
+        return hits
+
+    def _search_params(self, limit: int) -> dict[str, Any]:
+        if self._index_type == "HNSW":
+            return {"ef": max(64, limit)}
+        if self._index_type == "IVF_FLAT":
+            return {"nprobe": 16}
+        return {}
+
+    def list_user(self, user_id: str) -> list[Memory]:
+        """Every memory of one user, oldest session first (paged: users may exceed 16384 rows)."""
+        return sorted(
+            self.iter_user(user_id),
+            key=lambda m: (m.session_time, m.session_id, m.turn_index, m.id),
+        )
+
+    def iter_user(self, user_id: str, *, batch_size: int = READ_BATCH) -> Iterator[Memory]:
+        """Stream one user's memories page by page (validates the id before returning)."""
+        self._check_open()
+        expr, params = filters.user_filter(user_id)
+        kwargs: dict[str, Any]
+        if self._templates:
+            # query_iterator forwards extra kwargs to every page's query request.
+            kwargs = {"filter": expr, "expr_params": params}
+        else:
+            kwargs = {"filter": filters.render(expr, params)}
+        return self._pages(kwargs, batch_size)
+
+    def _pages(self, kwargs: dict[str, Any], batch_size: int) -> Iterator[Memory]:
+        # Lite has no mvcc timestamps and pymilvus warns about it on every iterator.
+        with _quiet_pymilvus(logging.ERROR):
+            it = self._client.query_iterator(
+                self.collection, batch_size=batch_size, output_fields=OUTPUT_FIELDS, **kwargs
+            )
+        try:
+            while page := it.next():
+                for row in page:
+                    yield _memory(row, row["id"])
+        finally:
+            it.close()
+
+    def count(self, user_id: str | None = None) -> int:
+        self._check_open()
+        if user_id is None:
+            kwargs: dict[str, Any] = {"filter": ""}
+        else:
+            kwargs = self._filter_kwargs(filters.user_filter(user_id))
+        res = self._client.query(self.collection, output_fields=["count(*)"], **kwargs)
+        return int(res[0]["count(*)"]) if res else 0
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._client.close()
+
+    def __enter__(self) -> MilvusMemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError("the memory store is closed")
+
+
+def _memory(row: dict[str, Any], pk: Any) -> Memory:
+    return Memory(
+        id=int(pk),
+        user_id=row["user_id"],
+        text=row["text"],
+        session_time=int(row["session_time"]),
+        source_model=row.get("source_model", ""),
+        created_at=float(row.get("created_at", 0.0)),
+        session_id=row.get("session_id", ""),
+        turn_index=int(row.get("turn_index", 0)),
+    )
+
+
+def _check_varchar(value: object, max_bytes: int, field: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{field} must be a string", field=field)
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidRequest(
+            f"{field} is {size} bytes (UTF-8), the memory store holds at most {max_bytes}",
+            field=field,
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@contextlib.contextmanager
+def _quiet_pymilvus(level: int = logging.CRITICAL) -> Iterator[None]:
+    """pymilvus logs expected failures (the template probe) as errors with tracebacks."""
+    loggers = [logging.getLogger(name) for name in ("pymilvus", "milvus_lite")]
+    old = [lg.level for lg in loggers]
+    for lg, lvl in zip(loggers, old):
+        lg.setLevel(max(level, lvl))
+    try:
+        yield
+    finally:
+        for lg, lvl in zip(loggers, old):
+            lg.setLevel(lvl)

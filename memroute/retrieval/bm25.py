@@ -1,0 +1,207 @@
+"""Per-user BM25 over turn-pair texts (bm25s sparse matrices), and a cache kept in step with writes.
+
+Variant: Okapi BM25 with Lucene's idf, ``log(1 + (N - df + 0.5) / (df + 0.5))`` (bm25s
+``method="lucene"``; the same formula as Lucene/Elasticsearch and Milvus' BM25 function).
+rank-bm25's ``BM25Okapi`` uses ``log((N - df + 0.5) / (df + 0.5))``, which is 0 for every term
+when a user has 1-2 memories and negative for terms in more than half of them (it then
+substitutes 0.25 x the mean idf). Per-user corpora are often that small, so keyword recall for
+new users would be lost; see bench/bench_bm25.py for speed and ranking agreement.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from memroute.config.schema import RetrievalConfig
+from memroute.errors import ConfigError
+from memroute.retrieval.tokenize import tokenize, unigrams
+from memroute.types import Memory, validate_user_id
+
+METHODS = ("lucene", "robertson", "atire")
+DEFAULT_METHOD = "lucene"
+
+
+class BM25Index:
+    """BM25 over ``(doc_id, text)`` pairs; a later duplicate id replaces an earlier one."""
+
+    def __init__(
+        self,
+        docs: Iterable[tuple[int, str]],
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        ngram: int = 2,
+        method: str = DEFAULT_METHOD,
+    ) -> None:
+        if method not in METHODS:
+            raise ConfigError(
+                f"Unknown BM25 method {method!r}. Available: {', '.join(METHODS)}",
+                field="bm25.method",
+            )
+        if k1 < 0:
+            raise ConfigError("bm25_k1 must be >= 0", field="retrieval.bm25_k1")
+        if not 0 <= b <= 1:
+            raise ConfigError("bm25_b must be in [0, 1]", field="retrieval.bm25_b")
+        if ngram < 1:
+            raise ConfigError("ngram must be >= 1", field="retrieval.ngram")
+        self.k1, self.b, self.ngram, self.method = k1, b, ngram, method
+
+        by_id = {int(doc_id): text for doc_id, text in docs}
+        self._ids = np.fromiter(by_id.keys(), dtype=np.int64, count=len(by_id))
+        tokens = [tokenize(text, ngram) for text in by_id.values()]
+        # Term sets for query-term overlap (bm25_dominant); include variants like "zx4471".
+        self._term_sets = {doc_id: frozenset(t) for doc_id, t in zip(by_id, tokens)}
+        self._engine = None
+        self._vocab: dict[str, int] = {}
+        if any(tokens):
+            import bm25s  # imports numba (~0.4 s): only when an index is built
+
+            engine = bm25s.BM25(k1=k1, b=b, method=method)
+            engine.index(tokens, show_progress=False)
+            self._engine = engine
+            self._vocab = {t: i for t, i in engine.vocab_dict.items() if t}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every document (index order) for ``query``."""
+        if self._engine is None:
+            return np.zeros(len(self._ids), dtype=np.float32)
+        term_ids = [self._vocab[t] for t in tokenize(query, self.ngram) if t in self._vocab]
+        if not term_ids:
+            return np.zeros(len(self._ids), dtype=np.float32)
+        return np.asarray(self._engine.get_scores_from_ids(term_ids), dtype=np.float32)
+
+    def search(self, query: str, limit: int) -> list[tuple[int, float]]:
+        """Up to ``limit`` (doc_id, score), best first; only documents scoring above 0."""
+        if limit < 1:
+            return []
+        scores = self.scores(query)
+        hits = np.flatnonzero(scores > 0)
+        if hits.size == 0:
+            return []
+        # Score descending, ties in index (insertion) order, so results are deterministic.
+        order = hits[np.lexsort((hits, -scores[hits]))][:limit]
+        return [(int(self._ids[i]), float(scores[i])) for i in order]
+
+    def overlap(self, query: str, doc_ids: Iterable[int]) -> dict[int, float]:
+        """Fraction of the query's distinct unigrams present in each document (0 if none)."""
+        terms = set(unigrams(query))
+        out: dict[int, float] = {}
+        for doc_id in doc_ids:
+            doc_terms = self._term_sets.get(int(doc_id))
+            if not terms or doc_terms is None:
+                out[int(doc_id)] = 0.0
+            else:
+                out[int(doc_id)] = len(terms & doc_terms) / len(terms)
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryIndex:
+    """One user's BM25 index with the memories it was built from."""
+
+    index: BM25Index
+    memories: dict[int, Memory]
+
+    def search(self, query: str, limit: int) -> list[tuple[Memory, float]]:
+        return [(self.memories[i], s) for i, s in self.index.search(query, limit)]
+
+    def __len__(self) -> int:
+        return len(self.memories)
+
+
+Loader = Callable[[str], Sequence[Memory]]
+
+
+class BM25Cache:
+    """Per-user :class:`MemoryIndex`, built lazily from ``loader(user_id)`` and LRU-bounded.
+
+    The retriever invalidates a user whenever it writes that user's memories; the next search
+    rebuilds from the store. Writes made elsewhere (another process, a batch ingest) are only
+    seen after :meth:`invalidate` / :meth:`clear`. Thread-safe: an index built while the user
+    was invalidated is returned to its caller but not cached.
+    """
+
+    def __init__(
+        self,
+        loader: Loader,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        ngram: int = 2,
+        method: str = DEFAULT_METHOD,
+        max_users: int = 256,
+    ) -> None:
+        if max_users < 1:
+            raise ConfigError("max_users must be >= 1", field="bm25.max_users")
+        self._loader = loader
+        self.k1, self.b, self.ngram, self.method = k1, b, ngram, method
+        self._build([])  # validates the parameters now rather than on the first search
+        self.max_users = max_users
+        self._entries: OrderedDict[str, MemoryIndex] = OrderedDict()
+        self._generation: dict[str, int] = {}  # bumped by invalidate(uid)
+        self._epoch = 0  # bumped by clear()
+        self._lock = threading.Lock()
+        self.builds = 0  # indexes built so far (observability, tests)
+
+    @classmethod
+    def from_config(
+        cls, loader: Loader, cfg: RetrievalConfig, *, method: str = DEFAULT_METHOD,
+        max_users: int = 256,
+    ) -> BM25Cache:
+        return cls(
+            loader, k1=cfg.bm25_k1, b=cfg.bm25_b, ngram=cfg.ngram, method=method,
+            max_users=max_users,
+        )
+
+    def get(self, user_id: str) -> MemoryIndex:
+        uid = validate_user_id(user_id)
+        with self._lock:
+            entry = self._entries.get(uid)
+            if entry is not None:
+                self._entries.move_to_end(uid)
+                return entry
+            stamp = (self._epoch, self._generation.get(uid, 0))
+        memories = list(self._loader(uid))  # outside the lock: a store round trip
+        entry = self._build(memories)
+        with self._lock:
+            self.builds += 1
+            # Cache it only if no invalidation happened while it was being built.
+            if (self._epoch, self._generation.get(uid, 0)) == stamp:
+                self._entries[uid] = entry
+                self._entries.move_to_end(uid)
+                while len(self._entries) > self.max_users:
+                    self._entries.popitem(last=False)
+        return entry
+
+    def _build(self, memories: Sequence[Memory]) -> MemoryIndex:
+        index = BM25Index(
+            ((m.id, m.text) for m in memories),
+            k1=self.k1, b=self.b, ngram=self.ngram, method=self.method,
+        )
+        return MemoryIndex(index, {m.id: m for m in memories})
+
+    def invalidate(self, user_id: str) -> None:
+        with self._lock:
+            self._entries.pop(user_id, None)
+            self._generation[user_id] = self._generation.get(user_id, 0) + 1
+
+    def invalidate_many(self, user_ids: Iterable[str]) -> None:
+        for uid in set(user_ids):
+            self.invalidate(uid)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._epoch += 1
+            self._entries.clear()
+
+    def __contains__(self, user_id: object) -> bool:
+        with self._lock:
+            return user_id in self._entries

@@ -1,0 +1,160 @@
+"""Hybrid retrieval of one user's memories: dense (Milvus) + BM25 (per-user index), fused.
+
+Isolation: the dense leg searches the store with a user filter, the sparse leg searches an
+index built only from that user's rows, so a query can never surface another user's memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from memroute.config.schema import RetrievalConfig
+from memroute.embedding.base import Encoder
+from memroute.errors import ConfigError, InvalidRequest
+from memroute.memory.base import MemoryStore
+from memroute.retrieval.bm25 import BM25Cache
+from memroute.retrieval.fusion import get_fusion
+from memroute.types import Memory, RetrievalHit, TurnPair, validate_user_id
+
+STRATEGIES = ("bm25", "dense", "hybrid")
+EMBED_CHUNK = 1000  # turn-pairs embedded and upserted per round (the store's write batch)
+MAX_QUERY_CHARS = 8192
+
+
+class HybridRetriever:
+    def __init__(
+        self,
+        encoder: Encoder,
+        store: MemoryStore,
+        cfg: RetrievalConfig,
+        *,
+        bm25_cache: BM25Cache | None = None,
+    ) -> None:
+        _check_strategy(cfg.strategy, "retrieval.strategy")
+        get_fusion(cfg.fusion)  # fail at construction, not on the first request
+        if cfg.top_k < 1:
+            raise ConfigError("top_k must be >= 1", field="retrieval.top_k")
+        if cfg.candidate_k < 1:
+            raise ConfigError("candidate_k must be >= 1", field="retrieval.candidate_k")
+        store_dim = getattr(store, "dim", None)
+        if store_dim is not None and store_dim != encoder.dim:
+            raise ConfigError(
+                f"the encoder produces {encoder.dim}-dim vectors but the store holds {store_dim}",
+                field="embedder.dim",
+            )
+        self.encoder = encoder
+        self.store = store
+        self.cfg = cfg
+        self.bm25 = bm25_cache or BM25Cache.from_config(store.list_user, cfg)
+
+    # ----------------------------------------------------------------- writes
+    def remember(self, pairs: Sequence[TurnPair]) -> int:
+        """Embed and upsert turn-pairs; their users' BM25 indexes are rebuilt on next search."""
+        items = list(pairs)
+        for p in items:
+            if not isinstance(p, TurnPair):
+                raise InvalidRequest(f"expected TurnPair, got {type(p).__name__}", field="pairs")
+            validate_user_id(p.user_id)  # before spending time on embeddings
+        written = 0
+        try:
+            for start in range(0, len(items), EMBED_CHUNK):
+                chunk = items[start : start + EMBED_CHUNK]
+                vectors = self.encoder.encode([p.text() for p in chunk])
+                written += self.store.upsert(chunk, vectors)
+        finally:
+            # Even a partly failed write may have changed rows: never keep a stale index.
+            self.bm25.invalidate_many(p.user_id for p in items)
+        return written
+
+    def invalidate(self, user_id: str) -> None:
+        """Forget the cached BM25 index of a user whose memories changed elsewhere."""
+        self.bm25.invalidate(user_id)
+
+    # ------------------------------------------------------------------ reads
+    def retrieve(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        top_k: int | None = None,
+        strategy: str | None = None,
+    ) -> list[RetrievalHit]:
+        """Up to ``top_k`` of ``user_id``'s memories for ``query``, best first."""
+        return self.retrieve_many([user_id], [query], top_k=top_k, strategy=strategy)[0]
+
+    def retrieve_many(
+        self,
+        user_ids: Sequence[str],
+        queries: Sequence[str],
+        *,
+        top_k: int | None = None,
+        strategy: str | None = None,
+    ) -> list[list[RetrievalHit]]:
+        """:meth:`retrieve` for aligned lists, embedding all queries in one batch."""
+        if isinstance(user_ids, str) or isinstance(queries, str):
+            raise InvalidRequest("user_ids and queries must be lists", field="queries")
+        if len(user_ids) != len(queries):
+            raise InvalidRequest(
+                f"{len(user_ids)} user ids but {len(queries)} queries", field="queries"
+            )
+        strat = _check_strategy(strategy or self.cfg.strategy, "strategy")
+        k = self.cfg.top_k if top_k is None else top_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidRequest(f"top_k must be a positive integer, got {k!r}", field="top_k")
+        uids = [validate_user_id(u) for u in user_ids]
+        for q in queries:
+            _check_query(q)
+        if not uids:
+            return []
+        vectors = self.encoder.encode(list(queries)) if strat != "bm25" else None
+        return [
+            self._retrieve_one(uid, q, None if vectors is None else vectors[i], k, strat)
+            for i, (uid, q) in enumerate(zip(uids, queries))
+        ]
+
+    def _retrieve_one(
+        self, user_id: str, query: str, vector: np.ndarray | None, top_k: int, strategy: str
+    ) -> list[RetrievalHit]:
+        n = max(self.cfg.candidate_k, top_k)
+        if strategy == "dense":
+            assert vector is not None
+            return [
+                RetrievalHit(m, s, dense_score=s)
+                for m, s in self.store.search(user_id, vector, top_k)
+            ]
+        user_index = self.bm25.get(user_id)
+        if strategy == "bm25":
+            return [RetrievalHit(m, s, bm25_score=s) for m, s in user_index.search(query, top_k)]
+
+        assert vector is not None
+        dense = self.store.search(user_id, vector, n)
+        sparse = user_index.search(query, n)
+        memories: dict[int, Memory] = {m.id: m for m, _ in sparse}
+        memories.update((m.id, m) for m, _ in dense)  # the store's copy is the freshest
+        overlap = user_index.index.overlap(query, [m.id for m, _ in sparse])
+        fused = get_fusion(self.cfg.fusion)(
+            [(m.id, s) for m, s in dense], [(m.id, s) for m, s in sparse], self.cfg, overlap
+        )
+        return [
+            RetrievalHit(
+                memories[h.id], h.score, dense_score=h.dense_score, bm25_score=h.bm25_score
+            )
+            for h in fused[:top_k]
+        ]
+
+
+def _check_strategy(name: object, field: str) -> str:
+    if name not in STRATEGIES:
+        raise ConfigError(
+            f"Unknown strategy {name!r}. Available: {', '.join(STRATEGIES)}", field=field
+        )
+    return name  # type: ignore[return-value]
+
+
+def _check_query(query: object) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidRequest("query must be a non-empty string", field="query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidRequest(f"query is longer than {MAX_QUERY_CHARS} characters", field="query")
