@@ -18,6 +18,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 export PYTHONUNBUFFERED := 1
+export VLLM_LOGGING_LEVEL ?= WARNING
 
 .PHONY: install assets assets-all run test test-slow lock clean
 

@@ -15,8 +15,12 @@ from memroute.config import BenchmarkConfig, register_configs, to_object
 
 @hydra.main(config_path="../conf", config_name="benchmark", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
+    import logging
+
     from memroute.eval.run import run_benchmark
 
+    for noisy in ("bm25s", "milvus_lite", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     run_benchmark(to_object(dcfg, BenchmarkConfig))
 
 
