@@ -1,0 +1,264 @@
+"""Hugging Face transformers back end: always available, no compiling, slowest.
+
+Loads a converted safetensors folder (``AssetStore.hf_folder``), never the GGUF itself: GGUF
+dequantization at every load is slow. Per-token log-probs are ``log_softmax`` of the raw logits
+of each generated step (``output_logits=True``), so they match vLLM's default raw log-probs.
+See :mod:`memroute.llm.chat` for the conventions shared by all back ends.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from memroute.errors import AssetError, BackendError, InvalidRequest
+from memroute.llm.chat import (
+    chat_prompt_ids,
+    cut_at_stop,
+    text_token_count,
+)
+from memroute.types import Message, ModelReply
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _check_folder(path: str | Path) -> Path:
+    folder = Path(path).expanduser()
+    if folder.suffix == ".gguf" or folder.is_file():
+        raise AssetError(
+            f"model path {str(folder)!r} is a file; pass a converted model folder "
+            "(AssetStore().hf_folder(name) creates one from the GGUF)"
+        )
+    if not (folder / "config.json").is_file():
+        raise AssetError(f"model folder {str(folder)!r} has no config.json")
+    return folder
+
+
+class TransformersBackend:
+    """A causal LM run with ``model.generate``; greedy when ``temperature == 0``.
+
+    ``generate_many`` runs the batch in one left-padded ``generate`` call when
+    ``batch_generate`` is true (greedy texts equal the one-by-one results; log-probs differ only
+    by float rounding), else one prompt at a time.
+    """
+
+    def __init__(
+        self,
+        model_id: str,
+        path: str | Path,
+        *,
+        dtype: str = "float32",
+        num_threads: int | None = None,
+        batch_generate: bool = True,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        if dtype not in _DTYPES:
+            raise InvalidRequest(
+                f"dtype {dtype!r} is not supported: use one of {', '.join(_DTYPES)}",
+                field="model.dtype",
+            )
+        folder = _check_folder(path)
+        if num_threads:
+            torch.set_num_threads(num_threads)  # process-wide: torch has no per-model setting
+        self.model_id = model_id
+        self.path = folder
+        self.batch_generate = batch_generate
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=getattr(torch, dtype)
+        ).eval()
+
+        eos: set[int] = set()
+        for ids in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(ids, int):
+                eos.add(ids)
+            elif ids:
+                eos.update(int(i) for i in ids)
+        if not eos:
+            raise AssetError(f"model folder {str(folder)!r} defines no end-of-sequence token")
+        self._eos_ids = sorted(eos)
+        pad = self.tokenizer.pad_token_id
+        self._pad_id = int(pad) if pad is not None else self._eos_ids[0]
+        # A clean generation config: a model folder's own sampling defaults (Qwen ships
+        # repetition_penalty / top_k / top_p) must not leak into greedy decoding, or this
+        # engine would disagree with vLLM, which only applies the SamplingParams it is given.
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=self.model.generation_config.bos_token_id,
+            eos_token_id=self._eos_ids,
+            pad_token_id=self._pad_id,
+        )
+
+    # -- protocol -------------------------------------------------------------------------
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+    ) -> ModelReply:
+        prompt = chat_prompt_ids(self.tokenizer, messages)
+        return self._run([prompt], max_tokens, stop, temperature)[0]
+
+    def generate_many(
+        self,
+        batch: Sequence[Sequence[Message]],
+        *,
+        max_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+    ) -> list[ModelReply]:
+        prompts = [chat_prompt_ids(self.tokenizer, m) for m in batch]
+        if not prompts:
+            return []
+        if self.batch_generate:
+            return self._run(prompts, max_tokens, stop, temperature)
+        return [self._run([p], max_tokens, stop, temperature)[0] for p in prompts]
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return len(chat_prompt_ids(self.tokenizer, messages))
+
+    def count_text_tokens(self, text: str) -> int:
+        return text_token_count(self.tokenizer, text)
+
+    def close(self) -> None:
+        import gc
+
+        self.model = None  # type: ignore[assignment]
+        gc.collect()
+
+    # -- extras ---------------------------------------------------------------------------
+
+    def score_completion(
+        self, messages: Sequence[Message], completion_ids: Sequence[int]
+    ) -> list[float]:
+        """Teacher-forced log p of each token of ``completion_ids`` after the chat prompt.
+
+        Lets another engine's generated tokens be scored by this model (cross-engine checks,
+        forced-answer confidence).
+        """
+        import torch
+
+        prompt = chat_prompt_ids(self.tokenizer, messages)
+        ids = torch.tensor([prompt + [int(t) for t in completion_ids]])
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids).logits[0].float()
+        logp = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+        target = ids[0, len(prompt) :]
+        return logp.gather(1, target[:, None])[:, 0].tolist()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _check_args(self, max_tokens: int, temperature: float) -> None:
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
+                                 field="max_tokens")
+        if temperature < 0:
+            raise InvalidRequest(f"temperature must be >= 0, got {temperature!r}",
+                                 field="temperature")
+
+    def _run(
+        self,
+        prompts: list[list[int]],
+        max_tokens: int,
+        stop: Sequence[str] | None,
+        temperature: float,
+    ) -> list[ModelReply]:
+        import torch
+        from transformers import GenerationConfig
+
+        self._check_args(max_tokens, temperature)
+        if self.model is None:
+            raise BackendError(f"back end {self.model_id!r} is closed")
+        stop = [s for s in (stop or ()) if s]
+        width = max(len(p) for p in prompts)
+        # Left padding keeps every prompt's last token at the same position for generation.
+        input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts])
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
+            if temperature > 0
+            else {"do_sample": False}
+        )
+        config = GenerationConfig(
+            max_new_tokens=max_tokens,
+            eos_token_id=self._eos_ids,
+            pad_token_id=self._pad_id,
+            repetition_penalty=1.0,
+            output_logits=True,
+            return_dict_in_generate=True,
+            stop_strings=stop or None,
+            **sampling,
+        )
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=config,
+                tokenizer=self.tokenizer if stop else None,
+            )
+        latency = time.perf_counter() - t0
+        gen = out.sequences[:, width:]
+        chosen, alts = self._step_logprobs(out.logits, gen)
+        replies = []
+        for b, prompt in enumerate(prompts):
+            ids = gen[b].tolist()
+            n, eos_hit = len(ids), False
+            for i, t in enumerate(ids):
+                if t in self._eos_ids:  # also catches the padding after an early finish
+                    n, eos_hit = i, True
+                    break
+            ids = ids[:n]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            keep, stopped = n, False
+            if stop:
+                text, keep, stopped = cut_at_stop(text, self._starts(ids), stop)
+            replies.append(
+                ModelReply(
+                    text=text,
+                    model_id=self.model_id,
+                    logprobs=chosen[b][:keep],
+                    prompt_tokens=len(prompt),
+                    completion_tokens=keep,
+                    alt_logprobs=alts[b][:keep],
+                    latency_s=latency,
+                    finish_reason="stop" if (eos_hit or stopped) else "length",
+                )
+            )
+        return replies
+
+    @staticmethod
+    def _step_logprobs(
+        logits: Sequence[Any], gen: Any
+    ) -> tuple[list[list[float]], list[list[float]]]:
+        """Per row: log p of the generated token and of the best other token, at every step.
+
+        One step at a time, so memory stays at batch x vocabulary (not x steps).
+        """
+        import torch
+
+        rows = gen.shape[0]
+        chosen: list[list[float]] = [[] for _ in range(rows)]
+        alts: list[list[float]] = [[] for _ in range(rows)]
+        for t, step in enumerate(logits):
+            logp = torch.log_softmax(step.float(), dim=-1)  # [B, V]
+            token = gen[:, t]
+            picked, tokens = logp.gather(1, token[:, None])[:, 0].tolist(), token.tolist()
+            top = logp.topk(2, dim=-1)
+            top_v, top_i = top.values.tolist(), top.indices.tolist()
+            for b in range(rows):
+                chosen[b].append(picked[b])
+                # the alternative is the top-2 unless the chosen token is not the top-1
+                alts[b].append(top_v[b][1] if top_i[b][0] == tokens[b] else top_v[b][0])
+        return chosen, alts
+
+    def _starts(self, ids: list[int]) -> list[int]:
+        """Character offset of each token in the decoded text (prefix decoding: merge-safe)."""
+        decode = self.tokenizer.decode
+        return [len(decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
+
