@@ -10,6 +10,8 @@ new users would be lost; see bench/bench_bm25.py for speed and ranking agreement
 
 from __future__ import annotations
 
+import logging
+
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -61,6 +63,8 @@ class BM25Index:
         if any(tokens):
             import bm25s  # imports numba (~0.4 s): only when an index is built
 
+            # bm25s forces its logger to DEBUG on import; it would log every index build.
+            logging.getLogger("bm25s").setLevel(logging.WARNING)
             engine = bm25s.BM25(k1=k1, b=b, method=method)
             engine.index(tokens, show_progress=False)
             self._engine = engine
