@@ -39,3 +39,40 @@ __all__ = [
     "parse_locomo_date",
     "turn_pairs",
 ]
+
+# LongMemEval (one user per question) and recorded traffic.
+from memroute.eval.datasets.longmemeval import (  # noqa: E402
+    QUESTION_TYPES,
+    LMEPairRecord,
+    LMEQuestion,
+    LMETurn,
+    gold_pair_ids,
+    gold_session_ids,
+    lme_turn_pairs,
+    lme_user_id,
+    load_longmemeval,
+    parse_lme_date,
+)
+from memroute.eval.datasets.traces import (  # noqa: E402
+    TraceRecord,
+    load_traces,
+    trace_turn_pairs,
+    trace_user_id,
+)
+
+__all__ += [
+    "QUESTION_TYPES",
+    "LMEPairRecord",
+    "LMEQuestion",
+    "LMETurn",
+    "TraceRecord",
+    "gold_pair_ids",
+    "gold_session_ids",
+    "lme_turn_pairs",
+    "lme_user_id",
+    "load_longmemeval",
+    "load_traces",
+    "parse_lme_date",
+    "trace_turn_pairs",
+    "trace_user_id",
+]
