@@ -9,7 +9,6 @@ each ``{"sample_id", "conversation": {"speaker_a", "speaker_b", "session_N": [tu
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from typing import Any
 
 from memroute.errors import InvalidRequest
 from memroute.eval.datasets import DatasetError
+from memroute.eval.datasets.parsing import Where, read_json
 from memroute.types import TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -148,37 +148,8 @@ def parse_locomo_date(text: str) -> int:
     return int(dt.timestamp())
 
 
-class _Where:
-    """Builds errors that name the file, the sample and the field."""
-
-    def __init__(self, path: Path, position: int, sample_id: str | None) -> None:
-        self.prefix = f"{path}: sample {position}" + (f" ({sample_id})" if sample_id else "")
-
-    def error(self, field: str, problem: str) -> DatasetError:
-        return DatasetError(f"{self.prefix}: {field}: {problem}", field=field)
-
-    def get(self, obj: dict[str, Any], key: str, kind: type | tuple[type, ...], field: str) -> Any:
-        if key not in obj or obj[key] is None:
-            raise self.error(field, "missing")
-        value = obj[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            kinds = (kind,) if isinstance(kind, type) else kind
-            want = " or ".join(k.__name__ for k in kinds)
-            raise self.error(field, f"expected {want}, got {type(value).__name__}")
-        return value
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: dataset file not found", field="path") from None
-    except json.JSONDecodeError as exc:
-        raise DatasetError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            field="path",
-        ) from None
+class _Where(Where):
+    label = "sample"
 
 
 def _parse_turn(raw: Any, where: _Where, field: str) -> Turn:
@@ -331,7 +302,7 @@ def load_locomo(
         sample_ids = [sample_ids]
     wanted = None if sample_ids is None else list(dict.fromkeys(sample_ids))
 
-    raw = _read_json(path)
+    raw = read_json(path)
     if not isinstance(raw, list):
         raise DatasetError(
             f"{path}: expected a JSON list of samples, got {type(raw).__name__}", field="path"

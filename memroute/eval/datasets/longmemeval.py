@@ -13,7 +13,6 @@ Every question is its own user: its haystack is that user's whole history.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import Counter
@@ -25,6 +24,7 @@ from typing import Any
 
 from memroute.errors import InvalidRequest
 from memroute.eval.datasets import DatasetError
+from memroute.eval.datasets.parsing import Where, read_json
 from memroute.types import USER_ID_RE, TurnPair, stable_id, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -108,24 +108,8 @@ def parse_lme_date(text: str) -> int:
     return int(dt.timestamp())
 
 
-class _Where:
-    """Builds errors that name the file, the question and the field."""
-
-    def __init__(self, path: Path, position: int, question_id: str | None) -> None:
-        self.prefix = f"{path}: question {position}" + (f" ({question_id})" if question_id else "")
-
-    def error(self, field: str, problem: str) -> DatasetError:
-        return DatasetError(f"{self.prefix}: {field}: {problem}", field=field)
-
-    def get(self, obj: dict[str, Any], key: str, kind: type | tuple[type, ...], field: str) -> Any:
-        if key not in obj or obj[key] is None:
-            raise self.error(field, "missing")
-        value = obj[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            kinds = (kind,) if isinstance(kind, type) else kind
-            want = " or ".join(k.__name__ for k in kinds)
-            raise self.error(field, f"expected {want}, got {type(value).__name__}")
-        return value
+class _Where(Where):
+    label = "question"
 
     def strings(self, obj: dict[str, Any], key: str) -> tuple[str, ...]:
         items = self.get(obj, key, list, key)
@@ -139,19 +123,6 @@ class _Where:
             return parse_lme_date(text)
         except ValueError as exc:
             raise self.error(field, str(exc)) from None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: dataset file not found", field="path") from None
-    except json.JSONDecodeError as exc:
-        raise DatasetError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            field="path",
-        ) from None
 
 
 def _answer_text(value: Any, where: _Where) -> str:
@@ -268,7 +239,7 @@ def load_longmemeval(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise InvalidRequest(f"limit must be a non-negative integer, got {limit!r}", field="limit")
 
-    raw = _read_json(path)
+    raw = read_json(path)
     if not isinstance(raw, list):
         raise DatasetError(
             f"{path}: expected a JSON list of questions, got {type(raw).__name__}", field="path"

@@ -1,0 +1,44 @@
+"""Shared parsing helpers for dataset loaders: JSON reading and errors that name the place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memroute.eval.datasets import DatasetError
+
+
+class Where:
+    """Builds errors that name the file, the record (``sample 3 (conv-41)``) and the field."""
+
+    label = "record"
+
+    def __init__(self, path: Path, position: int, ident: str | None) -> None:
+        self.prefix = f"{path}: {self.label} {position}" + (f" ({ident})" if ident else "")
+
+    def error(self, field: str, problem: str) -> DatasetError:
+        return DatasetError(f"{self.prefix}: {field}: {problem}", field=field)
+
+    def get(self, obj: dict[str, Any], key: str, kind: type | tuple[type, ...], field: str) -> Any:
+        if key not in obj or obj[key] is None:
+            raise self.error(field, "missing")
+        value = obj[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            kinds = (kind,) if isinstance(kind, type) else kind
+            want = " or ".join(k.__name__ for k in kinds)
+            raise self.error(field, f"expected {want}, got {type(value).__name__}")
+        return value
+
+
+def read_json(path: Path) -> Any:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: dataset file not found", field="path") from None
+    except json.JSONDecodeError as exc:
+        raise DatasetError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            field="path",
+        ) from None
