@@ -1,0 +1,136 @@
+"""Retrieval quality of the memory store, measured as the LongMemEval and LoCoMo papers do.
+
+Each case is one question of one user with its gold turn-pairs (and gold sessions); every
+strategy ranks that user's memories and the ranks are scored with Recall@k (fraction, any,
+all), NDCG@k and MRR at turn-pair level and at session level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Protocol, Sequence
+
+import polars as pl
+
+from memroute.config import RetrievalConfig
+from memroute.errors import ConfigError
+from memroute.eval.datasets.locomo import Conversation, evidence_pair_ids, turn_pairs
+from memroute.eval.datasets.longmemeval import (
+    LMEQuestion,
+    gold_pair_ids,
+    gold_session_ids,
+    lme_turn_pairs,
+)
+from memroute.eval.metrics import mrr, ndcg_at_k, recall_at_k
+from memroute.types import RetrievalHit, TurnPair
+
+# name -> (strategy, fusion)
+STRATEGIES: dict[str, tuple[str, str]] = {
+    "dense": ("dense", "rrf"),
+    "bm25": ("bm25", "rrf"),
+    "hybrid-rrf": ("hybrid", "rrf"),
+    "hybrid-weighted": ("hybrid", "weighted"),
+    "hybrid-bm25_dominant": ("hybrid", "bm25_dominant"),
+}
+
+
+@dataclass(frozen=True)
+class RetrievalCase:
+    user_id: str
+    query: str
+    group: str  # question type or LoCoMo category
+    gold_pairs: tuple[int, ...]
+    gold_sessions: tuple[str, ...]
+
+
+class Retrieves(Protocol):
+    def retrieve_many(
+        self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None
+    ) -> list[list[RetrievalHit]]: ...
+
+
+def locomo_cases(conversations: Iterable[Conversation]) -> tuple[list[TurnPair], list[RetrievalCase]]:
+    """Each conversation is one user; ``evidence`` dia_ids are the gold (questions without any skipped)."""
+    pairs: list[TurnPair] = []
+    cases: list[RetrievalCase] = []
+    for conv in conversations:
+        records = turn_pairs(conv)
+        pairs.extend(r.pair for r in records)
+        session_of = {r.pair.id: r.pair.session_id for r in records}
+        for qa in conv.qa:
+            gold = evidence_pair_ids(qa, records)
+            if gold:
+                sessions = tuple(dict.fromkeys(session_of[g] for g in gold))
+                cases.append(RetrievalCase(conv.sample_id, qa.question, f"cat{qa.category}", gold, sessions))
+    return pairs, cases
+
+
+def longmemeval_cases(questions: Iterable[LMEQuestion]) -> tuple[list[TurnPair], list[RetrievalCase]]:
+    """Each question's haystack is its own user; abstention questions have no gold and are skipped."""
+    pairs: list[TurnPair] = []
+    cases: list[RetrievalCase] = []
+    for q in questions:
+        records = lme_turn_pairs(q)
+        pairs.extend(r.pair for r in records)
+        gold = gold_pair_ids(q, records)
+        if q.is_abstention or not gold:
+            continue
+        user = records[0].pair.user_id if records else q.question_id
+        # Pair session ids may carry a "#2" suffix for repeated sessions: score on the pair's own id.
+        by_id = {r.pair.id: r.pair.session_id for r in records}
+        sessions = tuple(dict.fromkeys(by_id[g] for g in gold)) or tuple(gold_session_ids(q))
+        cases.append(RetrievalCase(user, q.question, q.question_type, gold, sessions))
+    return pairs, cases
+
+
+def score_case(hits: Sequence[RetrievalHit], case: RetrievalCase, ks: Sequence[int]) -> dict[str, float]:
+    """Turn-level and session-level metrics of one ranked list."""
+    ranked = [h.memory.id for h in hits]
+    ranked_sessions = list(dict.fromkeys(h.memory.session_id for h in hits))
+    out: dict[str, float] = {}
+    for level, r, gold in (("turn", ranked, case.gold_pairs), ("session", ranked_sessions, case.gold_sessions)):
+        for k in ks:
+            out[f"{level}_recall@{k}"] = recall_at_k(r, gold, k)
+            out[f"{level}_recall_any@{k}"] = recall_at_k(r, gold, k, mode="any")
+            out[f"{level}_recall_all@{k}"] = recall_at_k(r, gold, k, mode="all")
+            out[f"{level}_ndcg@{k}"] = ndcg_at_k(r, gold, k)
+        out[f"{level}_mrr"] = mrr(r, gold)
+    return out
+
+
+def strategy_config(base: RetrievalConfig, name: str) -> RetrievalConfig:
+    if name not in STRATEGIES:
+        raise ConfigError(f"Unknown retrieval strategy {name!r}. Available: {', '.join(STRATEGIES)}",
+                          field="strategies")
+    strategy, fusion = STRATEGIES[name]
+    return replace(base, strategy=strategy, fusion=fusion)
+
+
+def evaluate(
+    retriever_for: "dict[str, Retrieves]",
+    cases: Sequence[RetrievalCase],
+    *,
+    ks: Sequence[int] = (1, 5, 10),
+    batch_size: int = 64,
+    label: dict[str, object] | None = None,
+) -> list[dict[str, object]]:
+    """One row per (strategy, case) with every metric; ``retriever_for`` maps strategy name -> retriever."""
+    depth = max(ks)
+    rows: list[dict[str, object]] = []
+    for name, retriever in retriever_for.items():
+        for lo in range(0, len(cases), batch_size):
+            chunk = cases[lo : lo + batch_size]
+            ranked = retriever.retrieve_many([c.user_id for c in chunk], [c.query for c in chunk], top_k=depth)
+            for case, hits in zip(chunk, ranked):
+                rows.append({**(label or {}), "strategy": name, "group": case.group, **score_case(hits, case, ks)})
+    return rows
+
+
+def summarize(rows: Sequence[dict[str, object]], by: Sequence[str] = ("strategy",)) -> pl.DataFrame:
+    """Mean of every metric per ``by`` columns (rounded to 3 decimals), with the case count."""
+    df = pl.DataFrame(list(rows))
+    metrics = [c for c in df.columns if "@" in c or c.endswith("_mrr")]
+    return (
+        df.group_by(list(by), maintain_order=True)
+        .agg(pl.len().alias("n"), *[pl.col(m).mean().round(3) for m in metrics])
+    )
