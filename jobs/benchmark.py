@@ -15,12 +15,10 @@ from memroute.config import BenchmarkConfig, register_configs, to_object
 
 @hydra.main(config_path="../conf", config_name="benchmark", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
-    import logging
-
     from memroute.eval.run import run_benchmark
+    from memroute.logs import quiet_third_party_logs
 
-    for noisy in ("bm25s", "milvus_lite", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_third_party_logs()
     run_benchmark(to_object(dcfg, BenchmarkConfig))
 
 

@@ -9,11 +9,15 @@ from memroute.config.schema import (
     BenchmarkConfig,
     DatasetConfig,
     EmbedderConfig,
+    EmbedStageConfig,
+    IngestConfig,
     MemoryConfig,
     ModelConfig,
+    RayConfig,
     RetrievalConfig,
     RouterConfig,
     TrackingConfig,
+    WriteStageConfig,
 )
 from memroute.errors import ConfigError
 
@@ -24,11 +28,15 @@ __all__ = [
     "BenchmarkConfig",
     "DatasetConfig",
     "EmbedderConfig",
+    "EmbedStageConfig",
+    "IngestConfig",
     "MemoryConfig",
     "ModelConfig",
+    "RayConfig",
     "RetrievalConfig",
     "RouterConfig",
     "TrackingConfig",
+    "WriteStageConfig",
     "register_configs",
     "to_object",
 ]
@@ -40,6 +48,7 @@ GROUP_SCHEMAS: dict[str, type] = {
     "memory": MemoryConfig,
     "retrieval": RetrievalConfig,
     "model": ModelConfig,
+    "ray": RayConfig,
     "router": RouterConfig,
     "tracking": TrackingConfig,
 }
@@ -51,6 +60,10 @@ def register_configs() -> None:
 
     cs = ConfigStore.instance()
     cs.store(name="benchmark_schema", node=BenchmarkConfig)
+    cs.store(name="ingest_schema", node=IngestConfig)
+    from memroute.config.retrieval_eval import RetrievalEvalConfig
+
+    cs.store(name="retrieval_eval_schema", node=RetrievalEvalConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name=f"{group}_schema", node=schema)
 

@@ -95,7 +95,7 @@ class TrackingConfig:
 
 @dataclass
 class DatasetConfig:
-    name: str = "synthetic"  # synthetic | locomo
+    name: str = "synthetic"  # synthetic | locomo | longmemeval | traces
     path: Optional[str] = None  # locomo: path to locomo10.json
     sample_ids: list[str] = field(default_factory=list)  # locomo: default conv-26
     categories: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
@@ -103,6 +103,7 @@ class DatasetConfig:
     seed: int = 0
     num_users: int = 4  # synthetic generator
     sessions_per_user: int = 6
+    size: Optional[str] = None  # longmemeval without a path: generated small | default | s-like
 
 
 @dataclass
@@ -126,3 +127,55 @@ class BenchmarkConfig:
     )
     output_dir: str = ".memroute/runs"
     batch_size: int = 16  # questions generated together per tier
+
+
+@dataclass
+class RayConfig:
+    """Where Ray runs. Local (no address): a single loopback node started by the job."""
+
+    # None: start a local node; "auto" or "ray://head:10001": join a running cluster
+    address: Optional[str] = None
+    num_cpus: Optional[int] = None  # local node only (None: all cores)
+    num_gpus: Optional[int] = None  # local node only (None: detected)
+    object_store_memory: Optional[int] = None  # bytes, local node only (None: Ray's default)
+    include_dashboard: bool = False
+    data_progress_bars: bool = False  # Ray Data's own bars (the job draws one driver-side bar)
+
+
+@dataclass
+class EmbedStageConfig:
+    """The embedding actor pool (Ray Data ``map_batches`` with a callable class)."""
+
+    concurrency: int = 2  # actors, each holding one encoder
+    batch_size: int = 256  # rows per actor call
+    num_cpus: float = 0.75  # per actor; actors + writers must fit the cluster's CPUs
+    num_gpus: float = 0.0  # per actor (set embedder.device=cuda with it)
+    torch_threads: Optional[int] = None  # per actor (None: its whole CPUs, at least 1)
+
+
+@dataclass
+class WriteStageConfig:
+    """How embedded rows reach Milvus."""
+
+    # auto | driver | actors (auto: the driver for a Milvus Lite file, writer actors for a server)
+    mode: str = "auto"
+    batch_size: int = 500  # rows per upsert
+    concurrency: int = 2  # writer actors (mode actors)
+    num_cpus: float = 0.25  # per writer actor
+
+
+@dataclass
+class IngestConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    assets: AssetsConfig = field(default_factory=AssetsConfig)
+    embed: EmbedStageConfig = field(default_factory=EmbedStageConfig)
+    write: WriteStageConfig = field(default_factory=WriteStageConfig)
+    work_dir: str = ".memroute/ingest"  # generated datasets are written here
+    num_blocks: Optional[int] = None  # Ray Data blocks of the input (None: one per embed batch)
+    skip_existing: bool = True  # look up ids already stored and skip them (a re-run embeds nothing)
+    max_errors: int = 0  # rows the store may refuse before the job exits non-zero
+    progress: bool = True

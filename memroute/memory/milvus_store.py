@@ -338,6 +338,22 @@ class MilvusMemoryStore:
         res = self._client.query(self.collection, output_fields=["count(*)"], **kwargs)
         return int(res[0]["count(*)"]) if res else 0
 
+    def existing_ids(self, user_id: str, ids: Sequence[int]) -> set[int]:
+        """Which of ``ids`` are stored among ``user_id``'s rows (lookups in pages of
+        :data:`READ_BATCH`; bulk ingest uses it to skip what an earlier run wrote)."""
+        self._check_open()
+        validate_user_id(user_id)  # also when ``ids`` is empty
+        wanted = list(dict.fromkeys(ids))
+        found: set[int] = set()
+        for start in range(0, len(wanted), READ_BATCH):
+            chunk = wanted[start : start + READ_BATCH]
+            flt = filters.ids_filter(user_id, chunk)  # validates the user and every id
+            res = self._client.query(
+                self.collection, output_fields=["id"], limit=len(chunk), **self._filter_kwargs(flt)
+            )
+            found.update(int(r["id"]) for r in res)
+        return found
+
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:
         if getattr(self, "_closed", True):

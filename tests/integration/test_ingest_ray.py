@@ -1,0 +1,214 @@
+"""The Ray Data ingest pipeline for real: local loopback Ray, MiniLM actors, Milvus Lite in tmp.
+
+One Ray node for the whole session (starting one costs ~5 s); every pipeline run starts its own
+embedding actors (~10 s each on 2 cores), so the file runs only a few of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from memroute.config import DatasetConfig, IngestConfig, MemoryConfig, TrackingConfig
+from memroute.eval.datasets import lme_turn_pairs, load_longmemeval, load_locomo, turn_pairs
+from memroute.ingest import dataset_turn_pairs, longmemeval_path
+from memroute.memory import MilvusMemoryStore
+
+ROOT = Path(__file__).resolve().parents[2]
+SUMMARY_RE = re.compile(
+    r"ingest summary: dataset=(\w+) read=(\d+) written=(\d+) skipped=(\d+) errors=(\d+) "
+    r"duplicates=(\d+) users=(\d+)"
+)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A loopback single-node Ray (2 CPUs) for the session; shut down only if started here."""
+    assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0"  # set by conftest
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def ingest_cfg(tmp: Path, dataset: DatasetConfig, **memory) -> IngestConfig:
+    return IngestConfig(
+        dataset=dataset,
+        memory=MemoryConfig(uri=memory.pop("uri", str(tmp / "milvus.db")), **memory),
+        tracking=TrackingConfig(enabled=False),
+        work_dir=str(tmp / "work"),
+        progress=False,
+    )
+
+
+def loader_pairs(cfg: IngestConfig):
+    """The pairs the dataset loaders themselves produce (independently of memroute.ingest)."""
+    work = Path(cfg.work_dir)
+    if cfg.dataset.name == "longmemeval":
+        questions = load_longmemeval(longmemeval_path(cfg.dataset, work))
+        return [r.pair for q in questions for r in lme_turn_pairs(q)]
+    path = next(work.glob("synthetic_*.json"))
+    return [r.pair for conv in load_locomo(path, categories=(1, 2, 3, 4)) for r in turn_pairs(conv)]
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        DatasetConfig(name="longmemeval", size="small", seed=0),
+        DatasetConfig(name="synthetic", num_users=2, sessions_per_user=3, seed=1),
+    ],
+    ids=["longmemeval-small", "synthetic-locomo"],
+)
+def test_ingest_then_rerun_writes_nothing(ray_local, tmp_path, encoder, dataset):
+    from pipelines.ingest import ingest_pairs
+
+    cfg = ingest_cfg(tmp_path, dataset)
+    pairs = dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir))
+    expected = loader_pairs(cfg)
+    assert pairs == expected and len(pairs) > 50
+
+    first = ingest_pairs(pairs, cfg)
+    n = len(pairs)
+    assert (first.read, first.written, first.skipped, first.errors) == (n, n, 0, 0)
+    assert first.users == len({p.user_id for p in pairs}) and first.pipeline_seconds > 0
+
+    again = ingest_pairs(dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir)), cfg)
+    assert (again.written, again.skipped, again.errors) == (0, len(pairs), 0)
+    assert again.pipeline_seconds == 0.0  # nothing was embedded
+
+    per_user = Counter(p.user_id for p in pairs)
+    with MilvusMemoryStore(cfg.memory, encoder.dim) as store:
+        assert store.count() == len(pairs)
+        for user, n in per_user.items():
+            assert store.count(user) == n
+        user, n = per_user.most_common(1)[0]
+        mine = [p for p in pairs if p.user_id == user]
+        ids = [p.id for p in mine]
+        assert store.existing_ids(user, ids + [12345]) == set(ids)
+        other = next(u for u in per_user if u != user)
+        assert store.existing_ids(other, ids) == set()  # lookups stay within one user
+        stored = {m.id: m for m in store.list_user(user)}
+        assert set(stored) == set(ids)
+        # The stored vectors are the encoder's vectors of the stored texts, row for row.
+        probe = mine[len(mine) // 2]
+        assert stored[probe.id].text == probe.text()
+        hits = store.search(user, encoder.encode([probe.text()])[0], limit=1)
+        assert hits[0][0].id == probe.id and hits[0][1] > 0.99
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def milvus_lite_server(tmp_path):
+    """Milvus Lite served over gRPC on loopback: a server URI that several processes may write."""
+    port = _free_port()
+    exe = Path(sys.executable).with_name("milvus-lite")
+    proc = subprocess.Popen(
+        [str(exe), "server", "--data-dir", str(tmp_path / "server"), "--host", "127.0.0.1",
+         "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "server did not start"
+                time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_server_uri_writer_actor_pool_isolates_a_refused_row(ray_local, tmp_path, milvus_lite_server):
+    from memroute.ingest import write_mode
+    from pipelines.ingest import ingest_pairs
+
+    cfg = ingest_cfg(tmp_path, DatasetConfig(name="longmemeval", size="small", limit=3),
+                     uri=milvus_lite_server)
+    # Small blocks and batches, so both writer actors get work.
+    cfg.embed.concurrency, cfg.embed.batch_size, cfg.num_blocks = 1, 16, 6
+    cfg.write.concurrency, cfg.write.batch_size = 2, 16
+    assert write_mode(cfg) == "actors"
+    pairs = dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir))
+    # One pair too long for the store's text field: refused and counted, its batch still lands.
+    huge = replace(pairs[0], session_id="huge", user_text="x" * 9000)
+    summary = ingest_pairs([*pairs, huge], cfg)
+    assert (summary.read, summary.written, summary.errors) == (len(pairs) + 1, len(pairs), 1)
+    assert "huge#0" in summary.error_messages[0] and "text" in summary.error_messages[0]
+    with MilvusMemoryStore(cfg.memory, 384) as store:
+        assert store.count() == len(pairs)
+        assert store.existing_ids(pairs[0].user_id, [pairs[0].id]) == {pairs[0].id}
+
+
+def _run_job(tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "jobs.ingest", f"memory.uri={tmp / 'milvus.db'}",
+        f"work_dir={tmp / 'work'}", f"hydra.run.dir={tmp / 'hydra'}", "progress=false",
+        *overrides,
+    ]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_job_subprocess_summary_mlflow_and_rerun(tmp_path):
+    db = tmp_path / "m.db"
+    args = [
+        "dataset=synthetic", "dataset.num_users=2", "dataset.sessions_per_user=3",
+        f"tracking.tracking_uri=sqlite:///{db}", f"tracking.artifact_location={tmp_path / 'art'}",
+        "ray.num_cpus=2",
+    ]
+    proc = _run_job(tmp_path, *args)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    m = SUMMARY_RE.search(proc.stdout)
+    assert m, proc.stdout
+    n = len(dataset_turn_pairs(DatasetConfig(name="synthetic", num_users=2, sessions_per_user=3),
+                               tmp_path / "check"))
+    assert m.groups() == ("synthetic", str(n), str(n), "0", "0", "0", "2")
+    run_id = re.search(r"MLflow run id: ([0-9a-f]{32})", proc.stdout).group(1)
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    run = mlflow.get_run(run_id)
+    assert run.data.metrics["rows_written"] == n and run.data.metrics["rows_per_s"] > 0
+    assert run.data.params["embed.concurrency"] == "2" and run.info.status == "FINISHED"
+
+    again = _run_job(tmp_path, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    m = SUMMARY_RE.search(again.stdout)
+    assert m and m.group(3) == "0" and m.group(4) == str(n)
+    assert "Starting execution" not in again.stderr  # nothing new: Ray Data never ran
+
+
+def test_job_bad_file_fails_before_ray_starts(tmp_path):
+    bad = tmp_path / "traces.jsonl"
+    good = {"ts": 1_700_000_000, "tenant": "acme", "user_id": "u1", "session_id": "s",
+            "query": "q", "answer": "a"}
+    bad.write_text(json.dumps(good) + "\n" + json.dumps({**good, "query": 42}) + "\n")
+    proc = _run_job(tmp_path, "dataset=traces", f"dataset.path={bad}", "tracking=disabled")
+    assert proc.returncode == 2
+    assert f"{bad}: line 2: query: expected str, got int" in proc.stderr
+    # Loading comes first: the store was never opened and no Ray Data execution started.
+    assert not (tmp_path / "milvus.db").exists() and "Starting execution" not in proc.stderr
