@@ -79,9 +79,13 @@ class RouterConfig:
     use_routing: bool = True  # False: the first tier answers everything
     max_tokens: int = 32
     store_answers: bool = True  # cross-model memory: store every answered turn-pair
+    # Short answers and absolute dates: on LoCoMo (50 q, Qwen 0.5B, warm) this prompt gave F1 28.3
+    # against 12.6 for "answer in a few words" (full sentences and "last Saturday" cost token F1).
     system_prompt: str = (
-        "You are a helpful personal assistant. Answer the question in a few words, "
-        "using the memories of earlier conversations when they are relevant."
+        "You are a helpful personal assistant with memories of earlier conversations. "
+        "Answer with only the short answer (a name, date, number or short phrase), not a full "
+        "sentence. Give dates as absolute dates, working out words like yesterday or last year "
+        "from the date of the memory."
     )
 
 
