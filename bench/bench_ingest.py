@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -39,34 +38,7 @@ from memroute.config import (  # noqa: E402
 )
 from memroute.types import TurnPair  # noqa: E402
 
-
-def machine_info() -> dict[str, str]:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = "?"
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f"{kb / 2**20:.1f} GiB"
-    except (OSError, ValueError, IndexError):
-        pass
-    import ray
-    import torch
-
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "memory": mem,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "ray": ray.__version__,
-        "os": platform.platform(),
-    }
+from machine import machine_info  # noqa: E402  (bench/machine.py, beside this script)
 
 
 def load_average() -> str:
@@ -161,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    info = machine_info()
+    info = machine_info(("torch", "ray", "sentence-transformers"))
     for key, value in info.items():
         print(f"{key:>8}: {value}")
     with tempfile.TemporaryDirectory(prefix="bench_ingest_") as tmp_name:
