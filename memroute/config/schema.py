@@ -34,6 +34,8 @@ class MemoryConfig:
     index_type: str = "FLAT"  # FLAT | IVF_FLAT | HNSW | AUTOINDEX
     metric: str = "COSINE"
     num_partitions: int = 16  # partition-key buckets
+    # Milvus' own BM25: analyzed text + a BM25 function into a sparse field (Milvus >= 2.5, Lite 3)
+    bm25_function: bool = False
 
 
 @dataclass
@@ -46,8 +48,16 @@ class RetrievalConfig:
     alpha: float = 0.5  # weighted: alpha * dense + (1 - alpha) * bm25 (min-max normalized)
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
+    bm25_backend: str = "inprocess"  # inprocess | milvus (needs memory.bm25_function)
     ngram: int = 2  # word n-grams added to BM25 tokens (1 = unigrams only)
     dominant_overlap: float = 0.5  # bm25_dominant: promote sparse hits above this query-term overlap
+    stem: bool = False  # Snowball-stem BM25 words (query and memories alike)
+    # Dense leg: leave out query words found in at least this share of the user's memories (the
+    # speakers' names, the user's own handle); 1.0 keeps every word. Needs the in-process BM25 stats.
+    query_focus: float = 1.0
+    # Hybrid: a candidate gains context_weight x the best fused score of its neighbour turn-pairs
+    # in the same session (evidence often spans adjacent pairs); 0 turns it off.
+    context_weight: float = 0.0
     token_budget: int = 1024  # injected-memory tokens for escalation tiers
     probe_token_budget: int = 512  # injected-memory tokens for the first (probe) tier
 

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import polars as pl
 
 from memroute.accounting.cost import eff_cost
+
+
+def new_run_dir(output_dir: str | Path) -> Path:
+    """A fresh ``<output_dir>/<timestamp>-<6 hex>`` folder. The suffix keeps parallel sweep trials
+    (Hydra multirun on Ray starts several in the same second) out of each other's files."""
+    path = Path(output_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True, exist_ok=False)
+    return path
 
 
 def predictions_frame(rows: Sequence[Mapping[str, Any]], prod_params: Mapping[str, float]) -> pl.DataFrame:

@@ -32,6 +32,9 @@ STRATEGIES: dict[str, tuple[str, str]] = {
     "hybrid-weighted": ("hybrid", "weighted"),
     "hybrid-bm25_dominant": ("hybrid", "bm25_dominant"),
 }
+# "<name>-plain": the same strategy without stemming, query focus or session context (ablation).
+PLAIN_SUFFIX = "-plain"
+PLAIN = {"stem": False, "query_focus": 1.0, "context_weight": 0.0}
 
 
 @dataclass(frozen=True)
@@ -99,11 +102,17 @@ def score_case(hits: Sequence[RetrievalHit], case: RetrievalCase, ks: Sequence[i
 
 
 def strategy_config(base: RetrievalConfig, name: str) -> RetrievalConfig:
-    if name not in STRATEGIES:
-        raise ConfigError(f"Unknown retrieval strategy {name!r}. Available: {', '.join(STRATEGIES)}",
-                          field="strategies")
-    strategy, fusion = STRATEGIES[name]
-    return replace(base, strategy=strategy, fusion=fusion)
+    """The retrieval config of a named strategy; ``<name>-plain`` also turns the extras off."""
+    key = name.removesuffix(PLAIN_SUFFIX) if isinstance(name, str) else name
+    if key not in STRATEGIES:
+        raise ConfigError(
+            f"Unknown retrieval strategy {name!r}. Available: {', '.join(STRATEGIES)} "
+            f"(each also as <name>{PLAIN_SUFFIX})",
+            field="strategies",
+        )
+    strategy, fusion = STRATEGIES[key]
+    cfg = replace(base, strategy=strategy, fusion=fusion)
+    return replace(cfg, **PLAIN) if name != key else cfg
 
 
 def evaluate(

@@ -12,7 +12,7 @@ import polars as pl
 from memroute.config import DatasetConfig
 from memroute.config.retrieval_eval import RetrievalEvalConfig
 from memroute.errors import ConfigError
-from memroute.eval.report import to_markdown
+from memroute.eval.report import new_run_dir, to_markdown
 from memroute.eval.retrieval_eval import (
     RetrievalCase,
     evaluate,
@@ -58,13 +58,13 @@ def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
     from memroute.embedding import build_encoder
     from memroute.llm.assets import AssetStore
     from memroute.memory import MilvusMemoryStore
+    from memroute.retrieval.bm25 import BM25Cache
     from memroute.retrieval.retriever import HybridRetriever
 
     for name in cfg.strategies:
         strategy_config(cfg.retrieval, name)  # unknown names fail before any work
     started = time.time()
-    run_dir = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = new_run_dir(cfg.output_dir)
     pairs, cases = load_cases(cfg.dataset, run_dir)
     print(f"dataset {cfg.dataset.name}: {len({p.user_id for p in pairs})} users, {len(pairs)} turn-pairs, "
           f"{len(cases)} questions with gold evidence")
@@ -87,10 +87,14 @@ def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
             base.remember(pairs)
             store.flush()
             print(f"dim {label}: {len(pairs)} turn-pairs embedded and stored in {time.time() - t0:.0f}s")
-            retrievers = {
-                name: HybridRetriever(encoder, store, strategy_config(cfg.retrieval, name), bm25_cache=base.bm25)
-                for name in cfg.strategies
-            }
+            # Strategies with the same BM25 settings share one set of per-user indexes.
+            caches: dict[tuple[object, ...], BM25Cache] = {}
+            retrievers = {}
+            for name in cfg.strategies:
+                rc = strategy_config(cfg.retrieval, name)
+                key = (rc.bm25_k1, rc.bm25_b, rc.ngram, rc.stem)
+                retrievers[name] = HybridRetriever(encoder, store, rc, bm25_cache=caches.get(key))
+                caches.setdefault(key, retrievers[name].bm25)
             rows += evaluate(retrievers, cases, ks=cfg.ks, label={"dim": label})
         finally:
             store.close()

@@ -16,7 +16,7 @@ from memroute.config import BenchmarkConfig, ModelConfig
 from memroute.errors import ConfigError
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
 from memroute.eval.load import load_conversations
-from memroute.eval.report import f1_by, predictions_frame, summary, to_markdown
+from memroute.eval.report import f1_by, new_run_dir, predictions_frame, summary, to_markdown
 from memroute.routing.router import Tier
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
@@ -54,8 +54,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
 
     started = time.time()
     models = ordered_cascade(cfg.cascade)
-    run_dir = Path(cfg.output_dir) / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = new_run_dir(cfg.output_dir)
     conversations = load_conversations(cfg.dataset, run_dir)
     n_questions = sum(len(c.qa) for c in conversations)
     print(f"dataset {cfg.dataset.name}: {len(conversations)} users, {n_questions} questions")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -39,6 +39,7 @@ class BM25Index:
         b: float = 0.75,
         ngram: int = 2,
         method: str = DEFAULT_METHOD,
+        stem: bool = False,
     ) -> None:
         if method not in METHODS:
             raise ConfigError(
@@ -51,13 +52,14 @@ class BM25Index:
             raise ConfigError("bm25_b must be in [0, 1]", field="retrieval.bm25_b")
         if ngram < 1:
             raise ConfigError("ngram must be >= 1", field="retrieval.ngram")
-        self.k1, self.b, self.ngram, self.method = k1, b, ngram, method
+        self.k1, self.b, self.ngram, self.method, self.stem = k1, b, ngram, method, stem
 
         by_id = {int(doc_id): text for doc_id, text in docs}
         self._ids = np.fromiter(by_id.keys(), dtype=np.int64, count=len(by_id))
-        tokens = [tokenize(text, ngram) for text in by_id.values()]
+        tokens = [tokenize(text, ngram, stem) for text in by_id.values()]
         # Term sets for query-term overlap (bm25_dominant); include variants like "zx4471".
         self._term_sets = {doc_id: frozenset(t) for doc_id, t in zip(by_id, tokens)}
+        self._doc_freq: Counter[str] | None = None  # built on first df_ratio()
         self._engine = None
         self._vocab: dict[str, int] = {}
         if any(tokens):
@@ -77,7 +79,7 @@ class BM25Index:
         """BM25 score of every document (index order) for ``query``."""
         if self._engine is None:
             return np.zeros(len(self._ids), dtype=np.float32)
-        term_ids = [self._vocab[t] for t in tokenize(query, self.ngram) if t in self._vocab]
+        term_ids = [self._vocab[t] for t in tokenize(query, self.ngram, self.stem) if t in self._vocab]
         if not term_ids:
             return np.zeros(len(self._ids), dtype=np.float32)
         return np.asarray(self._engine.get_scores_from_ids(term_ids), dtype=np.float32)
@@ -96,7 +98,7 @@ class BM25Index:
 
     def overlap(self, query: str, doc_ids: Iterable[int]) -> dict[int, float]:
         """Fraction of the query's distinct unigrams present in each document (0 if none)."""
-        terms = set(unigrams(query))
+        terms = set(unigrams(query, self.stem))
         out: dict[int, float] = {}
         for doc_id in doc_ids:
             doc_terms = self._term_sets.get(int(doc_id))
@@ -105,6 +107,16 @@ class BM25Index:
             else:
                 out[int(doc_id)] = len(terms & doc_terms) / len(terms)
         return out
+
+    def df_ratio(self, word: str) -> float:
+        """Share of the documents containing ``word`` (all of its terms, after tokenization);
+        0.0 for a stopword or a word no document has."""
+        terms = unigrams(word, self.stem)
+        if not terms or not len(self._ids):
+            return 0.0
+        if self._doc_freq is None:
+            self._doc_freq = Counter(t for ts in self._term_sets.values() for t in ts)
+        return min(self._doc_freq[t] for t in terms) / len(self._ids)
 
 
 @dataclass(frozen=True)
@@ -141,12 +153,13 @@ class BM25Cache:
         b: float = 0.75,
         ngram: int = 2,
         method: str = DEFAULT_METHOD,
+        stem: bool = False,
         max_users: int = 256,
     ) -> None:
         if max_users < 1:
             raise ConfigError("max_users must be >= 1", field="bm25.max_users")
         self._loader = loader
-        self.k1, self.b, self.ngram, self.method = k1, b, ngram, method
+        self.k1, self.b, self.ngram, self.method, self.stem = k1, b, ngram, method, stem
         self._build([])  # validates the parameters now rather than on the first search
         self.max_users = max_users
         self._entries: OrderedDict[str, MemoryIndex] = OrderedDict()
@@ -162,7 +175,7 @@ class BM25Cache:
     ) -> BM25Cache:
         return cls(
             loader, k1=cfg.bm25_k1, b=cfg.bm25_b, ngram=cfg.ngram, method=method,
-            max_users=max_users,
+            stem=cfg.stem, max_users=max_users,
         )
 
     def get(self, user_id: str) -> MemoryIndex:
@@ -188,7 +201,7 @@ class BM25Cache:
     def _build(self, memories: Sequence[Memory]) -> MemoryIndex:
         index = BM25Index(
             ((m.id, m.text) for m in memories),
-            k1=self.k1, b=self.b, ngram=self.ngram, method=self.method,
+            k1=self.k1, b=self.b, ngram=self.ngram, method=self.method, stem=self.stem,
         )
         return MemoryIndex(index, {m.id: m for m in memories})
 

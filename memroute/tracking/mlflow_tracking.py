@@ -28,6 +28,24 @@ def _resolve_uri(uri: str) -> str:
     return uri
 
 
+@contextlib.contextmanager
+def _first_use_lock(uri: str) -> Iterator[None]:
+    """Serialize store creation and experiment lookup across processes for a SQLite store:
+    parallel sweep trials would otherwise race to create the tables (and the experiment)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        yield
+        return
+    import fcntl
+
+    with open(uri[len(prefix):] + ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dataclasses/dicts -> ``{"router.tau": 0.5, ...}`` for ``log_params``."""
     if is_dataclass(obj) and not isinstance(obj, type):
@@ -59,14 +77,16 @@ class Tracker:
         import mlflow
 
         self._mlflow = mlflow
-        mlflow.set_tracking_uri(_resolve_uri(self.cfg.tracking_uri))
-        exp = mlflow.get_experiment_by_name(self.cfg.experiment)
-        if exp is None:
-            artifacts = Path(self.cfg.artifact_location).resolve()
-            artifacts.mkdir(parents=True, exist_ok=True)
-            exp_id = mlflow.create_experiment(self.cfg.experiment, artifact_location=artifacts.as_uri())
-        else:
-            exp_id = exp.experiment_id
+        uri = _resolve_uri(self.cfg.tracking_uri)
+        mlflow.set_tracking_uri(uri)
+        with _first_use_lock(uri):
+            exp = mlflow.get_experiment_by_name(self.cfg.experiment)
+            if exp is None:
+                artifacts = Path(self.cfg.artifact_location).resolve()
+                artifacts.mkdir(parents=True, exist_ok=True)
+                exp_id = mlflow.create_experiment(self.cfg.experiment, artifact_location=artifacts.as_uri())
+            else:
+                exp_id = exp.experiment_id
         with mlflow.start_run(experiment_id=exp_id, run_name=name, nested=nested, tags=tags) as active:
             self.run_id = active.info.run_id
             yield self

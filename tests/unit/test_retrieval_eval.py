@@ -57,3 +57,14 @@ def test_strategy_names():
     assert strategy_config(RetrievalConfig(), "bm25").strategy == "bm25"
     with pytest.raises(ConfigError, match="hybrid-rrf"):
         strategy_config(RetrievalConfig(), "splade")
+
+
+def test_plain_strategies_turn_the_extras_off():
+    tuned = RetrievalConfig(stem=True, query_focus=0.5, context_weight=0.3)
+    full = strategy_config(tuned, "hybrid-weighted")
+    assert (full.stem, full.query_focus, full.context_weight) == (True, 0.5, 0.3)
+    plain = strategy_config(tuned, "hybrid-weighted-plain")
+    assert plain.fusion == "weighted" and plain.strategy == "hybrid"
+    assert (plain.stem, plain.query_focus, plain.context_weight) == (False, 1.0, 0.0)
+    with pytest.raises(ConfigError, match="-plain"):
+        strategy_config(tuned, "splade-plain")
