@@ -1,0 +1,266 @@
+"""Background writer from the journal to the memory store, in batches, exactly once in the store.
+
+Order of operations per batch: read pending entries -> ``write_fn(pairs)`` -> mark them flushed.
+``write_fn`` is in production ``HybridRetriever.remember`` (embed + upsert by the pair's
+deterministic id). A crash between the write and the mark only means the same ids are upserted
+again on the next start, which replaces rows instead of adding them: every journaled pair ends
+up in the store exactly once.
+
+- Start-up replay: the thread's first pass drains whatever a previous process left pending
+  (oldest seq first, so old entries are written before new ones).
+- Wake-up: the journal calls the flusher after each append; the flusher then waits up to
+  ``interval_s`` for a fuller batch (or until ``batch_size`` entries are new) and drains.
+  Idle, it sleeps on a condition variable: no polling.
+- Errors: a failed write leaves the entries pending and is retried with exponential backoff
+  (``backoff_s`` doubling up to ``max_backoff_s``). A pair the store refuses for good
+  (:class:`InvalidRequest`, e.g. a text over its size limit) is found by writing the batch one
+  pair at a time and is parked with :meth:`Journal.mark_failed` instead of blocking the queue.
+- One flusher per journal per process: drains are serialized by a lock, so
+  :meth:`flush_now` and the thread never write the same entries at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from memroute.errors import ConfigError, InvalidRequest
+from memroute.journal.config import JournalConfig, check_journal_config
+from memroute.journal.sqlite_journal import Journal, JournalEntry
+from memroute.types import TurnPair
+
+log = logging.getLogger(__name__)
+
+WriteFn = Callable[[list[TurnPair]], object]
+
+
+@dataclass(frozen=True)
+class FlusherStats:
+    flushed: int = 0  # entries this flusher wrote and marked flushed
+    batches: int = 0  # successful write_fn calls
+    write_errors: int = 0  # failed write_fn calls (retried)
+    parked: int = 0  # entries the store refused for good (Journal.failed())
+    last_error: str | None = None
+
+
+class Flusher:
+    def __init__(
+        self,
+        journal: Journal,
+        write_fn: WriteFn,
+        *,
+        batch_size: int = 64,
+        interval_s: float = 0.5,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        check_journal_config(
+            JournalConfig(
+                path=str(journal.path),
+                batch_size=batch_size,
+                interval_s=interval_s,
+                max_backoff_s=max_backoff_s,
+            )
+        )
+        if isinstance(backoff_s, bool) or not isinstance(backoff_s, (int, float)) or not (
+            0 < backoff_s <= 3600
+        ):
+            raise ConfigError(
+                f"backoff_s must be in (0, 3600], got {backoff_s!r}", field="backoff_s"
+            )
+        self.journal = journal
+        self.write_fn = write_fn
+        self.batch_size = batch_size
+        self.interval_s = float(interval_s)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max(max_backoff_s, backoff_s))
+        self._cond = threading.Condition()
+        self._new = 0  # entries appended since the thread last started a drain
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._drain_lock = threading.Lock()
+        self._stats = FlusherStats()
+
+    @classmethod
+    def from_config(cls, journal: Journal, write_fn: WriteFn, cfg: JournalConfig) -> Flusher:
+        return cls(
+            journal,
+            write_fn,
+            batch_size=cfg.batch_size,
+            interval_s=cfg.interval_s,
+            max_backoff_s=cfg.max_backoff_s,
+        )
+
+    # -------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Start the thread; its first pass replays what earlier processes left pending."""
+        if self.running:
+            return
+        with self._cond:
+            self._stopping = False
+        self.journal.add_listener(self._on_append)
+        self._thread = threading.Thread(
+            target=self._run, name="memroute-journal-flusher", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, *, drain: bool = True, timeout: float | None = 30.0) -> int:
+        """Stop the thread, then (``drain``) write everything pending. Returns what stays pending.
+
+        A drain that fails (store down) is logged, not raised: the entries stay in the journal
+        and the next start replays them.
+        """
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self.journal.remove_listener(self._on_append)
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("journal flusher did not stop within %ss; skipping the drain", timeout)
+                return self.journal.pending_count()
+        if drain:
+            try:
+                self.flush_now()
+            except Exception as exc:
+                log.error("journal drain at stop failed; entries stay pending for replay: %r", exc)
+        return self.journal.pending_count()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stats(self) -> FlusherStats:
+        return self._stats
+
+    def __enter__(self) -> Flusher:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ drains
+    def flush_now(self) -> int:
+        """Write everything pending now, in the calling thread; returns entries flushed.
+
+        Raises the write error if the store fails (entries stay pending). Only entries that
+        exist when it is called are drained, so concurrent appends cannot keep it running.
+        """
+        return self._drain(stop_early=False)
+
+    def wait_drained(self, timeout: float) -> bool:
+        """True once nothing is pending (parked failures do not count), False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.journal.pending_count() > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with self._cond:
+                self._cond.wait(min(remaining, 0.05))
+        return True
+
+    def _drain(self, *, stop_early: bool) -> int:
+        with self._drain_lock:
+            upto = self.journal.last_seq()
+            total = 0
+            try:
+                while not (stop_early and self._stopping):
+                    entries = self.journal.pending(self.batch_size, max_seq=upto)
+                    if not entries:
+                        break
+                    total += self._write(entries)
+            finally:
+                with self._cond:
+                    self._cond.notify_all()  # wake wait_drained()
+            return total
+
+    def _write(self, entries: Sequence[JournalEntry]) -> int:
+        try:
+            self.write_fn([e.pair for e in entries])
+        except InvalidRequest as exc:
+            if len(entries) > 1:  # find the refused pair(s): the others must still go through
+                return sum(self._write([e]) for e in entries)
+            self.journal.mark_failed([entries[0].seq], f"{type(exc).__name__}: {exc}")
+            self._update(parked=1, last_error=repr(exc))
+            log.error("journal entry seq=%d refused by the store, parked: %s", entries[0].seq, exc)
+            return 0
+        except Exception as exc:
+            self._update(write_errors=1, last_error=repr(exc))
+            raise
+        marked = self.journal.mark_flushed([e.seq for e in entries])
+        self._update(flushed=marked, batches=1)
+        return marked
+
+    def _update(self, *, last_error: str | None = None, **add: int) -> None:
+        s = self._stats
+        changes = {k: getattr(s, k) + v for k, v in add.items()}
+        if last_error is not None:
+            changes["last_error"] = last_error
+        self._stats = replace(s, **changes)
+
+    # ------------------------------------------------------------------ thread
+    def _on_append(self, n: int) -> None:
+        with self._cond:
+            self._new += n
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        delay = 0.0  # > 0 while retrying after a failed write
+        first = True  # replay whatever is pending at start, without waiting for an append
+        failures = 0
+        while True:
+            with self._cond:
+                if delay > 0:
+                    self._sleep(delay)
+                elif not first:
+                    while not self._stopping and self._new == 0:
+                        self._cond.wait()
+                    self._linger()
+                if self._stopping:
+                    return
+                self._new = 0
+            first = False
+            try:
+                self._drain(stop_early=True)
+                delay, failures = 0.0, 0
+            except Exception as exc:
+                failures += 1
+                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
+                log.warning(
+                    "journal flush failed (%d in a row): %r; %s entries stay pending, "
+                    "retry in %.1fs",
+                    failures,
+                    exc,
+                    self._pending_for_log(),
+                    delay,
+                    exc_info=failures == 1,
+                )
+
+    def _pending_for_log(self) -> int | str:
+        try:
+            return self.journal.pending_count()
+        except Exception:  # the journal itself may be what failed; keep the thread alive
+            return "?"
+
+    def _linger(self) -> None:
+        """Wait up to ``interval_s`` for ``batch_size`` new entries (caller holds the condition)."""
+        deadline = time.monotonic() + self.interval_s
+        while not self._stopping and self._new < self.batch_size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
+
+    def _sleep(self, seconds: float) -> None:
+        """Backoff that a stop interrupts but appends do not (caller holds the condition)."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
