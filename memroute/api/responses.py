@@ -1,0 +1,213 @@
+"""OpenAI-shaped response bodies, memroute's routing report (body + headers), SSE and errors.
+
+Memory ids are INT64 (up to 2**63): they are sent as strings, since JSON numbers above 2**53
+lose precision in JavaScript clients.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from memroute.api.schema import ChatRequest
+from memroute.errors import ConfigError, MemrouteError, NotFound
+from memroute.types import RouteResult
+
+HEADER_PREFIX = "x-memroute-"
+
+
+def usage(result: RouteResult) -> dict[str, int]:
+    """Tokens billed for the request: every call of the cascade, not only the answering one."""
+    prompt = sum(c.input_tokens for c in result.calls)
+    completion = sum(c.output_tokens for c in result.calls)
+    total = prompt + completion
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+
+
+def memroute_report(result: RouteResult) -> dict[str, Any]:
+    """Which tier answered, what each tier tried cost, and the memories injected."""
+    d = result.decision
+    return {
+        "tier": d.answered_tier,
+        "model": d.answered_model,
+        "escalated": d.escalated,
+        "confidences": [round(c, 6) for c in d.confidences],
+        "memories_used": {
+            "count": len(d.memories),
+            "ids": [str(h.memory.id) for h in d.memories],
+        },
+        "tokens": {
+            "base": sum(c.base_prompt_tokens for c in result.calls),
+            "injected": sum(c.injected_tokens for c in result.calls),
+            "output": sum(c.output_tokens for c in result.calls),
+        },
+        "eff_cost": round(result.eff_cost, 6),
+        "latency_ms": [round(c.latency_s * 1000.0, 3) for c in result.calls],
+        "calls": [
+            {
+                "tier": c.tier,
+                "model": c.model_id,
+                "confidence": round(c.confidence, 6),
+                "accepted": c.accepted,
+                "tokens": {
+                    "base": c.base_prompt_tokens,
+                    "injected": c.injected_tokens,
+                    "output": c.output_tokens,
+                },
+                "eff_cost": round(c.eff_cost, 6),
+                "latency_ms": round(c.latency_s * 1000.0, 3),
+            }
+            for c in result.calls
+        ],
+    }
+
+
+def finish_reason(result: RouteResult, max_tokens: int | None) -> str:
+    """``length`` when the answering call used its whole token budget, else ``stop``."""
+    answering = [c for c in result.calls if c.accepted]
+    if max_tokens is not None and answering and answering[-1].output_tokens >= max_tokens:
+        return "length"
+    return "stop"
+
+
+def chat_completion(
+    result: RouteResult,
+    request: ChatRequest,
+    *,
+    created: int,
+    completion_id: str,
+    finish: str = "stop",
+) -> dict[str, Any]:
+    """The ``chat.completion`` body; ``model`` echoes the requested name, ``memroute.model``
+    is the model that actually answered."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": request.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.answer},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+        ],
+        "usage": usage(result),
+        "memroute": memroute_report(result),
+    }
+
+
+def memroute_headers(result: RouteResult) -> dict[str, str]:
+    """The routing report as ``x-memroute-*`` headers, for clients that drop unknown fields.
+    Lists are comma-separated in tier order."""
+    r = memroute_report(result)
+    values = {
+        "tier": str(r["tier"]),
+        "model": r["model"],
+        "escalated": "true" if r["escalated"] else "false",
+        "confidence": ",".join(f"{c:.4f}" for c in r["confidences"]),
+        "eff-cost": f"{r['eff_cost']:.6g}",
+        "tokens-base": str(r["tokens"]["base"]),
+        "tokens-injected": str(r["tokens"]["injected"]),
+        "tokens-output": str(r["tokens"]["output"]),
+        "memories": str(r["memories_used"]["count"]),
+        "memory-ids": ",".join(r["memories_used"]["ids"]),
+        "latency-ms": ",".join(f"{ms:.1f}" for ms in r["latency_ms"]),
+    }
+    return {HEADER_PREFIX + k: _header_safe(v) for k, v in values.items()}
+
+
+def split_for_stream(text: str) -> list[str]:
+    """Word-sized pieces (each with its leading whitespace) whose concatenation is ``text``."""
+    return re.findall(r"\s*\S+|\s+$", text)
+
+
+def stream_chunks(
+    result: RouteResult,
+    request: ChatRequest,
+    *,
+    created: int,
+    completion_id: str,
+    finish: str = "stop",
+) -> list[str]:
+    """Server-sent events in OpenAI's ``chat.completion.chunk`` shape, ending with ``[DONE]``.
+
+    A role chunk, one chunk per word, a final chunk with ``finish_reason`` and the ``memroute``
+    report, a usage-only chunk (``choices: []``) if the client asked for it, then ``[DONE]``.
+    """
+
+    def chunk(delta: dict[str, Any], reason: str | None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        return {**head, "choices": [choice], **extra}
+
+    head = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": request.model,
+    }
+    events = [chunk({"role": "assistant", "content": ""}, None)]
+    events += [chunk({"content": piece}, None) for piece in split_for_stream(result.answer)]
+    events.append(chunk({}, finish, memroute=memroute_report(result)))
+    if request.include_usage:
+        events.append({**head, "choices": [], "usage": usage(result)})
+    return [sse(e) for e in events] + ["data: [DONE]\n\n"]
+
+
+def sse(payload: dict[str, Any]) -> str:
+    # json.dumps escapes newlines, so one event is always one `data:` line.
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def models_list(
+    names: list[str], *, created: int = 0, owned_by: str = "memroute"
+) -> dict[str, Any]:
+    """``GET /v1/models``."""
+    return {
+        "object": "list",
+        "data": [
+            {"id": n, "object": "model", "created": created, "owned_by": owned_by} for n in names
+        ],
+    }
+
+
+# 5xx bodies never carry the exception's text: it may name hosts, paths or upstream replies.
+_SERVER_MESSAGES = {
+    502: ("a model back end failed; the request may be retried", "backend_error"),
+    503: ("the service is unavailable; the request may be retried", "unavailable"),
+}
+
+
+def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """``(status, {"error": {message, type, param, code}})`` in OpenAI's error shape.
+
+    Any :class:`MemrouteError` keeps its status (400, 401, 404, 413, a 422 subclass, ...), its
+    message and, in ``param``, the bad field. A configuration error met while serving is the
+    server's fault (500). Server errors (5xx, and any other exception as 500) get a fixed message.
+    """
+    if isinstance(exc, ConfigError):
+        status, message, param, code = 500, "", None, "config_error"
+    elif isinstance(exc, MemrouteError):
+        status, message, param, code = exc.status, exc.message, exc.field, exc.code
+        if isinstance(exc, NotFound) and exc.field == "model":
+            code = "model_not_found"
+    else:
+        status, message, param, code = 500, "", None, "internal_error"
+    if status >= 500:
+        message, code = _SERVER_MESSAGES.get(status, ("internal server error", code))
+        kind, param = "server_error", None
+    else:
+        kind = "authentication_error" if status == 401 else "invalid_request_error"
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def new_completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def _header_safe(value: str) -> str:
+    """Header values are latin-1 and single-line: anything else becomes '?'."""
+    return "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in value)
