@@ -14,12 +14,12 @@ Exit codes: 0 ok; 1 the store refused more rows than ``max_errors``, or a back e
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from jobs.ray_init import init_ray
 from memroute.config import IngestConfig, RayConfig, register_configs, to_object
 from memroute.errors import MemrouteError
 
@@ -43,35 +43,6 @@ class LazyRay:
 
             ray.shutdown()
             self.started = False
-
-
-def init_ray(cfg: RayConfig) -> bool:
-    """Start a local loopback node, or join ``cfg.address``. False if Ray was already up."""
-    # Read by Ray when it is imported: keeps every socket of a local node on 127.0.0.1.
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    import ray
-    from ray._private import ray_constants
-
-    if ray.is_initialized():
-        return False
-    if cfg.address:
-        ray.init(address=cfg.address, logging_level=logging.WARNING)
-        return True
-    if ray_constants.ENABLE_RAY_CLUSTER:
-        raise MemrouteError(
-            "Ray was imported without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, so a local node would "
-            "listen on the external interface; set it in the environment",
-            field="ray",
-        )
-    ray.init(
-        num_cpus=cfg.num_cpus,
-        num_gpus=cfg.num_gpus,
-        object_store_memory=cfg.object_store_memory,
-        include_dashboard=cfg.include_dashboard,
-        dashboard_host="127.0.0.1",
-        logging_level=logging.WARNING,
-    )
-    return True
 
 
 def run(cfg: IngestConfig) -> int:

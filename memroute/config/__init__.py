@@ -64,6 +64,9 @@ def register_configs() -> None:
     from memroute.config.retrieval_eval import RetrievalEvalConfig
 
     cs.store(name="retrieval_eval_schema", node=RetrievalEvalConfig)
+    from memroute.config.serve import ServeConfig
+
+    cs.store(name="serve_schema", node=ServeConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name=f"{group}_schema", node=schema)
 

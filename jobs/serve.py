@@ -1,0 +1,102 @@
+"""Serve the routed endpoint on Ray Serve: `make serve` == `python -m jobs.serve`.
+
+    python -m jobs.serve                       # embedded default (preset cpu), http://127.0.0.1:8000
+    python -m jobs.serve serve=cpu-tiny http.port=8010
+    python -m jobs.serve serve=gpu memory=server ray=cluster
+
+The same typed config feeds `serve run serve.app:build_app preset=...` and `serve build`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from jobs.ray_init import init_ray
+from memroute.config import register_configs, to_object
+from memroute.config.serve import ServeConfig
+from memroute.errors import MemrouteError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+log = logging.getLogger(__name__)
+
+
+def compose_serve_config(preset: str, overrides: list[str]) -> ServeConfig:
+    """The config ``python -m jobs.serve serve=<preset> <overrides>`` would run, as a dataclass."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        dcfg = compose("serve", overrides=[f"serve={preset}", *overrides])
+    return to_object(dcfg, ServeConfig)
+
+
+def start(cfg: ServeConfig) -> str:
+    """Deploy the app on Ray Serve (local loopback node by default); returns the base URL."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from ray import serve
+
+    from memroute.config.serve import check_serve_config
+    from serve.app import build_app
+
+    check_serve_config(cfg)  # before Ray starts: a bad field fails in a second, not a minute
+    init_ray(cfg.ray)
+    serve.start(http_options={"host": cfg.http.host, "port": cfg.http.port}, logging_config={"enable_access_log": False})
+    serve.run(build_app(cfg), name=cfg.name, route_prefix=cfg.route_prefix, blocking=False)
+    return f"http://{cfg.http.host}:{cfg.http.port}"
+
+
+def usage(url: str) -> str:
+    key = (os.environ.get("MEMROUTE_API_KEYS", "") or "YOUR_KEY:tenant").split(",")[0].rsplit(":", 1)[0]
+    return f"""memroute is serving at {url}/v1 (OpenAI-compatible; health {url}/healthz, metrics {url}/metrics)
+
+curl -s {url}/v1/chat/completions -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
+  -d '{{"model": "memroute", "user": "alice", "messages": [{{"role": "user", "content": "My locker code is 4471."}}]}}'
+
+python - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{url}/v1", api_key="{key}")
+reply = client.chat.completions.create(model="memroute", user="alice",
+                                       messages=[{{"role": "user", "content": "What is my locker code?"}}])
+print(reply.choices[0].message.content, reply.model_extra["memroute"])
+PY
+Ctrl-C stops the server."""
+
+
+@hydra.main(config_path="../conf", config_name="serve", version_base="1.3")
+def main(dcfg: DictConfig) -> None:
+    from memroute.logs import quiet_third_party_logs
+
+    quiet_third_party_logs()
+    try:
+        cfg = to_object(dcfg, ServeConfig)
+        url = start(cfg)
+    except MemrouteError as exc:
+        field = f" [{exc.field}]" if getattr(exc, "field", None) else ""
+        print(f"error{field}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(usage(url), flush=True)
+    if not cfg.blocking:
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    from ray import serve
+
+    print("shutting down: draining the journal into Milvus...", flush=True)
+    serve.shutdown()
+
+
+if __name__ == "__main__":
+    register_configs()
+    main()

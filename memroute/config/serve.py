@@ -1,0 +1,167 @@
+"""Typed configuration of the routed endpoint (``serve/``, ``python -m jobs.serve``).
+
+The cascade is ``tiers``, keyed "0", "1", ... cheapest first (as ``cascade`` in the benchmark), so
+a preset fills each slot from the model group: ``model@tiers.0.model: smollm2-135m``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memroute.api.config import ApiConfig, check_api_config
+from memroute.config.schema import (
+    AssetsConfig,
+    EmbedderConfig,
+    MemoryConfig,
+    ModelConfig,
+    RayConfig,
+    RetrievalConfig,
+    RouterConfig,
+)
+from memroute.errors import ConfigError
+from memroute.journal.config import JournalConfig, check_journal_config
+
+
+@dataclass
+class AutoscalingConfig:
+    """Ray Serve ``autoscaling_config`` of one deployment."""
+
+    min_replicas: int = 1
+    max_replicas: int = 1
+    target_ongoing_requests: float = 2.0
+    upscale_delay_s: float = 3.0
+    downscale_delay_s: float = 60.0
+
+    def to_ray(self) -> dict[str, Any]:
+        return {
+            "min_replicas": self.min_replicas,
+            "max_replicas": self.max_replicas,
+            "target_ongoing_requests": self.target_ongoing_requests,
+            "upscale_delay_s": self.upscale_delay_s,
+            "downscale_delay_s": self.downscale_delay_s,
+        }
+
+
+@dataclass
+class TierServeConfig:
+    """One cascade tier: its model and the resources of each replica that hosts it."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0  # fractional on a shared GPU (0.15 + 0.8 for an 8B and a 235B-AWQ)
+    autoscaling: AutoscalingConfig = field(default_factory=AutoscalingConfig)
+    max_ongoing_requests: int = 32
+    # Concurrent calls are merged into one engine batch (Serve's dynamic batching).
+    max_batch_size: int = 16
+    batch_wait_timeout_s: float = 0.01
+
+
+@dataclass
+class IngressConfig:
+    """The FastAPI router deployment: embeds, retrieves, journals and drives the cascade."""
+
+    num_cpus: float = 1.0
+    autoscaling: AutoscalingConfig = field(default_factory=AutoscalingConfig)
+    max_ongoing_requests: int = 64
+    # Requests arriving together are routed as one batch (one embedding call, one engine call per tier).
+    max_batch_size: int = 16
+    batch_wait_timeout_s: float = 0.005
+    store_flush_interval_s: float = 1.0  # Milvus flush after journal writes (searches stay fast)
+
+
+@dataclass
+class HttpConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    allow_public_bind: bool = False  # listening beyond loopback must be asked for explicitly
+
+
+@dataclass
+class ServeConfig:
+    name: str = "memroute"
+    route_prefix: str = "/"
+    http: HttpConfig = field(default_factory=HttpConfig)
+    ingress: IngressConfig = field(default_factory=IngressConfig)
+    tiers: dict[str, TierServeConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    journal: JournalConfig = field(default_factory=JournalConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    assets: AssetsConfig = field(default_factory=AssetsConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    blocking: bool = True  # jobs.serve: keep serving until Ctrl-C (False: deploy and return)
+
+
+def ordered_tiers(cfg: ServeConfig) -> list[TierServeConfig]:
+    """Tier slots "0", "1", ... in order; a clear error if the cascade is empty or mis-keyed."""
+    if not cfg.tiers:
+        raise ConfigError("the cascade is empty: set model@tiers.0.model (and .1, ...)", field="tiers")
+    try:
+        keys = sorted(cfg.tiers, key=int)
+    except ValueError:
+        raise ConfigError(f"tier keys must be 0, 1, ...; got {sorted(cfg.tiers)}", field="tiers") from None
+    if [int(k) for k in keys] != list(range(len(keys))):
+        raise ConfigError(f"tier keys must be 0..{len(keys) - 1} without gaps; got {keys}", field="tiers")
+    return [cfg.tiers[k] for k in keys]
+
+
+def with_absolute_paths(cfg: ServeConfig) -> ServeConfig:
+    """Relative file paths (journal, Milvus Lite) made absolute where the config is written:
+    Ray replicas do not share the driver's working directory."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from memroute.memory.milvus_store import is_server_uri
+
+    def absolute(path: str) -> str:
+        return str(Path(path).expanduser().resolve())
+
+    memory = cfg.memory if is_server_uri(cfg.memory.uri) else replace(cfg.memory, uri=absolute(cfg.memory.uri))
+    return replace(cfg, memory=memory, journal=replace(cfg.journal, path=absolute(cfg.journal.path)))
+
+
+def check_serve_config(cfg: ServeConfig) -> ServeConfig:
+    """Refuse configurations that cannot work, naming the field, before anything starts."""
+    tiers = ordered_tiers(cfg)
+    check_api_config(cfg.api)
+    check_journal_config(cfg.journal)
+    if cfg.http.host not in ("127.0.0.1", "localhost", "::1") and not cfg.http.allow_public_bind:
+        raise ConfigError(
+            f"http.host {cfg.http.host!r} is not a loopback address; set http.allow_public_bind=true "
+            "to listen on other interfaces on purpose",
+            field="http.host",
+        )
+    if not 0 < cfg.http.port < 65536:
+        raise ConfigError(f"http.port must be 1-65535, got {cfg.http.port}", field="http.port")
+    from memroute.memory.milvus_store import is_server_uri
+
+    # Milvus Lite is a file one process may open: a single ingress replica is the only writer.
+    if not is_server_uri(cfg.memory.uri) and cfg.ingress.autoscaling.max_replicas > 1:
+        raise ConfigError(
+            "Milvus Lite (a local file) allows one process: keep ingress.autoscaling.max_replicas=1 "
+            "or point memory.uri at a Milvus server",
+            field="ingress.autoscaling.max_replicas",
+        )
+    for i, tier in enumerate(tiers):
+        _check_autoscaling(tier.autoscaling, f"tiers.{i}.autoscaling")
+        if tier.num_cpus < 0 or tier.num_gpus < 0:
+            raise ConfigError("num_cpus and num_gpus must be >= 0", field=f"tiers.{i}.num_cpus")
+        if tier.max_batch_size < 1:
+            raise ConfigError("max_batch_size must be >= 1", field=f"tiers.{i}.max_batch_size")
+    _check_autoscaling(cfg.ingress.autoscaling, "ingress.autoscaling")
+    if cfg.ingress.max_batch_size < 1:
+        raise ConfigError("max_batch_size must be >= 1", field="ingress.max_batch_size")
+    return cfg
+
+
+def _check_autoscaling(a: AutoscalingConfig, field_name: str) -> None:
+    if a.min_replicas < 0 or a.max_replicas < max(1, a.min_replicas):
+        raise ConfigError(
+            f"need 0 <= min_replicas <= max_replicas and max_replicas >= 1, got {a.min_replicas}/{a.max_replicas}",
+            field=f"{field_name}.max_replicas",
+        )
+    if a.target_ongoing_requests <= 0:
+        raise ConfigError("target_ongoing_requests must be > 0", field=f"{field_name}.target_ongoing_requests")

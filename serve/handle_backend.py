@@ -1,0 +1,57 @@
+"""A tier deployment seen through its handle as a memroute :class:`~memroute.llm.base.Backend`,
+so the Router in the ingress is the Router of the benchmarks, unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memroute.types import Message, ModelReply
+from serve.tier import GenerateCall
+
+
+class HandleBackend:
+    """Blocking calls through a ``DeploymentHandle``: the ingress runs the Router in a worker
+    thread, never on the replica's event loop. Token counting uses a local copy of the tier's
+    tokenizer when there is one (the same files as the engine's, so the same counts) and saves
+    a round trip per memory line; otherwise it asks the tier."""
+
+    def __init__(self, handle: Any, model_id: str, tokenizer: Any | None = None) -> None:
+        self.handle = handle
+        self.model_id = model_id
+        self._tokenizer = tokenizer
+
+    def generate(
+        self, messages: Sequence[Message], *, max_tokens: int = 32,
+        stop: Sequence[str] | None = None, temperature: float = 0.0,
+    ) -> ModelReply:
+        return self.generate_many([messages], max_tokens=max_tokens, stop=stop, temperature=temperature)[0]
+
+    def generate_many(
+        self, batch: Sequence[Sequence[Message]], *, max_tokens: int = 32,
+        stop: Sequence[str] | None = None, temperature: float = 0.0,
+    ) -> list[ModelReply]:
+        if not batch:
+            return []
+        call = GenerateCall(
+            prompts=tuple(tuple(m) for m in batch), max_tokens=max_tokens, temperature=temperature,
+            stop=tuple(stop) if stop else None,
+        )
+        return self.handle.generate.remote(call).result()
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        if self._tokenizer is not None:
+            from memroute.llm.chat import chat_prompt_ids
+
+            return len(chat_prompt_ids(self._tokenizer, messages))
+        return self.handle.count_tokens.remote(list(messages)).result()
+
+    def count_text_tokens(self, text: str) -> int:
+        if self._tokenizer is not None:
+            from memroute.llm.chat import text_token_count
+
+            return text_token_count(self._tokenizer, text)
+        return self.handle.count_text_tokens.remote(text).result()
+
+    def close(self) -> None:  # the tier deployment owns the engine
+        pass

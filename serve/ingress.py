@@ -1,0 +1,111 @@
+"""The router ingress: OpenAI-compatible HTTP in front of the cascade (FastAPI on Ray Serve).
+
+Thin on purpose: HTTP parsing and framing here, everything else in
+:class:`memroute.serving.core.ServingCore`. The ingress also embeds and retrieves (no separate
+memory deployment): retrieval is ~10 ms of CPU next to seconds of generation, a separate hop
+would add a round trip per request, and with Milvus Lite the store is a file only one process
+may open. With a Milvus server the ingress scales out like any stateless replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from ray import serve
+
+from memroute.api.handler import ApiResponse, PreparedChat
+from memroute.api.metrics import CONTENT_TYPE
+from memroute.api.schema import check_body_size
+from memroute.config.serve import ServeConfig, ordered_tiers
+from memroute.errors import InvalidRequest
+from memroute.types import RouteResult
+
+app = FastAPI(title="memroute", docs_url=None, redoc_url=None)
+
+
+def _http(resp: ApiResponse) -> Response:
+    if resp.events is not None:
+        async def events() -> Any:
+            for event in resp.events or []:
+                yield event
+
+        return StreamingResponse(events(), status_code=resp.status, media_type=resp.media_type,
+                                 headers=resp.headers)
+    return JSONResponse(resp.body, status_code=resp.status, headers=resp.headers)
+
+
+@serve.deployment
+@serve.ingress(app)
+class RouterIngress:
+    def __init__(self, cfg: ServeConfig, *tier_handles: Any) -> None:
+        from memroute.logs import quiet_third_party_logs
+        from memroute.serving.core import ServingCore
+        from serve.handle_backend import HandleBackend
+        from serve.tokenizers import local_tokenizer
+
+        quiet_third_party_logs()
+        tiers = ordered_tiers(cfg)
+        backends = [
+            HandleBackend(h, t.model.name, local_tokenizer(t.model, cfg.assets))
+            for h, t in zip(tier_handles, tiers)
+        ]
+        self.cfg = cfg
+        self.core = ServingCore(cfg, backends)
+        self.route.set_max_batch_size(cfg.ingress.max_batch_size)
+        self.route.set_batch_wait_timeout_s(cfg.ingress.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
+    async def route(self, prepared: list[PreparedChat]) -> list[RouteResult]:
+        # The Router blocks (engine calls through handles, Milvus): keep it off the event loop.
+        return await asyncio.to_thread(self.core.route_batch, prepared)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> Response:
+        started = time.perf_counter()
+        tenant = None
+        try:
+            raw = await request.body()
+            check_body_size(len(raw), self.cfg.api.limits)
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                raise InvalidRequest("the request body is not valid JSON", field="body") from None
+            prepared = await asyncio.to_thread(self.core.prepare, body, request.headers.get("authorization"))
+            tenant = prepared.tenant
+            result = await self.route(prepared)
+            resp = self.core.respond(prepared, result, latency_s=time.perf_counter() - started)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an OpenAI-shaped error
+            resp = self.core.error(exc, tenant=tenant)
+        return _http(resp)
+
+    @app.get("/v1/models")
+    async def models(self, request: Request) -> Response:
+        return _http(self.core.models(request.headers.get("authorization")))
+
+    @app.get("/healthz")
+    async def healthz(self) -> Response:
+        return JSONResponse(await asyncio.to_thread(self.core.health))
+
+    @app.get("/metrics")
+    async def metrics(self) -> Response:
+        return Response(self.core.metrics(), media_type=CONTENT_TYPE)
+
+    @app.post("/admin/drain")
+    async def drain(self, request: Request) -> Response:
+        """Wait until every acknowledged turn-pair is in Milvus (tests, orderly shutdown)."""
+        try:
+            self.core.keys.authenticate(request.headers.get("authorization"))
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        ok = await asyncio.to_thread(self.core.drain)
+        return JSONResponse({"drained": ok}, status_code=200 if ok else 503)
+
+    def __del__(self) -> None:
+        core = getattr(self, "core", None)
+        if core is not None:
+            core.close()
