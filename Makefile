@@ -20,7 +20,7 @@ export VLLM_CPU_KVCACHE_SPACE ?= 2
 export PYTHONUNBUFFERED := 1
 export VLLM_LOGGING_LEVEL ?= WARNING
 
-.PHONY: install assets assets-all run test test-slow lock clean
+.PHONY: install assets assets-all run serve test test-slow lock clean
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ assets-all: install
 
 run: assets-all
 	$(PY) -m jobs.benchmark
+
+# The routed endpoint on 127.0.0.1:8000 (Qwen 0.5B -> 1.5B on vLLM-CPU). A local development key
+# is set unless MEMROUTE_API_KEYS is given: "key:tenant,key2:tenant2".
+serve: assets-all
+	MEMROUTE_API_KEYS="$${MEMROUTE_API_KEYS:-sk-local-dev:local}" $(PY) -m jobs.serve $(ARGS)
 
 test: assets
 	$(PY) -m pytest -m "not slow" tests

@@ -21,6 +21,7 @@ from ray import serve
 from memroute.api.handler import ApiResponse, PreparedChat
 from memroute.api.metrics import CONTENT_TYPE
 from memroute.api.schema import check_body_size
+from memroute.api.tenancy import namespace
 from memroute.config.serve import ServeConfig, ordered_tiers
 from memroute.errors import InvalidRequest
 from memroute.types import RouteResult
@@ -104,6 +105,21 @@ class RouterIngress:
             return _http(self.core.error(exc))
         ok = await asyncio.to_thread(self.core.drain)
         return JSONResponse({"drained": ok}, status_code=200 if ok else 503)
+
+    @app.get("/admin/memories")
+    async def memories(self, request: Request) -> Response:
+        """Stored turn-pairs of ``?user=`` in the caller's own tenant (the key's): ``?user=alice``
+        with an acme key reads acme:alice. POST /admin/drain first to see every acknowledged pair."""
+        try:
+            tenant = self.core.keys.authenticate(request.headers.get("authorization"))
+            user = request.query_params.get("user")
+            if not user:
+                raise InvalidRequest("the query parameter user is required", field="user")
+            user_id = namespace(tenant, user)
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        body = await asyncio.to_thread(self.core.memories, user_id)
+        return JSONResponse({"user": user, **body})
 
     def __del__(self) -> None:
         core = getattr(self, "core", None)

@@ -126,6 +126,19 @@ class ServingCore:
     def metrics(self) -> bytes:
         return render(self.registry)
 
+    def memories(self, user_id: str) -> dict[str, Any]:
+        """One namespace's turn-pairs in Milvus, oldest first, and how many still wait in the
+        journal (admin endpoint: lets tests check exactly-once writes without opening the
+        Milvus Lite file, which only this process may hold)."""
+        stored = self.store.list_user(user_id)
+        return {
+            "count": len(stored),
+            "memories": [
+                {"id": str(m.id), "text": m.text, "session_time": m.session_time} for m in stored
+            ],
+            "pending": len(self.journal.pending_for_user(user_id)),
+        }
+
     def drain(self, timeout: float = 30.0) -> bool:
         """Block until every journaled pair is in Milvus (and flushed); tests and shutdown."""
         ok = self.flusher.wait_drained(timeout)

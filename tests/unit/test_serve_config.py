@@ -1,0 +1,126 @@
+"""The serve presets compose into valid typed configs, and impossible ones fail naming the field
+(no Ray, no models: ``check_serve_config`` runs before anything starts)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from jobs.serve import compose_serve_config
+from memroute.config.serve import (
+    ServeConfig,
+    check_serve_config,
+    ordered_tiers,
+    with_absolute_paths,
+)
+from memroute.errors import ConfigError
+from memroute.memory.milvus_store import is_server_uri
+
+PRESETS = ["cpu", "cpu-tiny", "gpu", "external"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_is_a_valid_two_tier_config(preset):
+    cfg = compose_serve_config(preset, [])
+    assert isinstance(cfg, ServeConfig)
+    assert check_serve_config(cfg) is cfg
+    tiers = ordered_tiers(cfg)
+    assert len(tiers) == 2
+    assert tiers[0].model.name != tiers[1].model.name
+    assert cfg.http.host == "127.0.0.1" and not cfg.http.allow_public_bind
+    assert cfg.api.models == ["memroute"]
+    # Milvus Lite is one file for one process: its presets keep a single ingress replica.
+    if not is_server_uri(cfg.memory.uri):
+        assert cfg.ingress.autoscaling.max_replicas == 1
+
+
+def test_cpu_tiny_uses_the_smollm2_pair():
+    tiers = ordered_tiers(compose_serve_config("cpu-tiny", []))
+    assert [(t.model.name, t.model.engine) for t in tiers] == [
+        ("smollm2-135m", "vllm"),
+        ("smollm2-135m-hf", "transformers"),
+    ]
+    assert all(t.num_gpus == 0 for t in tiers)
+
+
+def test_gpu_preset_fits_both_engines_on_one_device():
+    cfg = compose_serve_config("gpu", [])
+    tiers = ordered_tiers(cfg)
+    assert [t.model.name for t in tiers] == ["qwen3-8b", "qwen3-235b-awq"]
+    assert sum(t.num_gpus for t in tiers) <= 1.0
+    assert all(t.num_gpus > 0 for t in tiers)
+    assert sum(t.model.engine_args["gpu_memory_utilization"] for t in tiers) <= 0.95
+    assert [t.model.max_model_len for t in tiers] == [32768, 16384]
+    # The confidence probe reads logprobs, so every engine must return them.
+    assert all(t.model.engine_args.get("max_logprobs", 0) >= 2 for t in tiers)
+    # A Milvus server lets the stateless router scale out.
+    assert is_server_uri(cfg.memory.uri) and cfg.ingress.autoscaling.max_replicas > 1
+
+
+def test_external_preset_reads_tier_urls_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MEMROUTE_SMALL_URL", "http://127.0.0.1:9001/v1")
+    monkeypatch.setenv("MEMROUTE_LARGE_URL", "http://127.0.0.1:9002/v1")
+    tiers = ordered_tiers(compose_serve_config("external", []))
+    urls = ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"]
+    assert [t.model.base_url for t in tiers] == urls
+    assert [t.model.params_b for t in tiers] == [8, 235]
+
+
+def test_overrides_reach_the_typed_config():
+    cfg = compose_serve_config(
+        "cpu-tiny", ["http.port=8123", "router.tau=0.7", "api.limits.max_input_chars=2000"]
+    )
+    assert cfg.http.port == 8123 and cfg.router.tau == 0.7
+    assert cfg.api.limits.max_input_chars == 2000
+
+
+def _field_of(cfg: ServeConfig) -> str | None:
+    with pytest.raises(ConfigError) as e:
+        check_serve_config(cfg)
+    return e.value.field
+
+
+def test_milvus_lite_refuses_several_ingress_replicas():
+    cfg = compose_serve_config("cpu-tiny", ["ingress.autoscaling.max_replicas=3"])
+    assert _field_of(cfg) == "ingress.autoscaling.max_replicas"
+    # The same replicas are fine with a Milvus server.
+    check_serve_config(replace(cfg, memory=replace(cfg.memory, uri="http://127.0.0.1:19530")))
+
+
+def test_non_loopback_host_needs_an_explicit_opt_in():
+    cfg = compose_serve_config("cpu-tiny", ["http.host=0.0.0.0"])
+    assert _field_of(cfg) == "http.host"
+    check_serve_config(replace(cfg, http=replace(cfg.http, allow_public_bind=True)))
+
+
+def test_empty_or_mis_keyed_tiers_fail_naming_tiers():
+    cfg = compose_serve_config("cpu-tiny", [])
+    assert _field_of(replace(cfg, tiers={})) == "tiers"
+    assert _field_of(replace(cfg, tiers={"0": cfg.tiers["0"], "2": cfg.tiers["1"]})) == "tiers"
+    assert _field_of(replace(cfg, tiers={"a": cfg.tiers["0"]})) == "tiers"
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("http.port=0", "http.port"),
+        ("tiers.0.max_batch_size=0", "tiers.0.max_batch_size"),
+        ("tiers.1.autoscaling.max_replicas=0", "tiers.1.autoscaling.max_replicas"),
+        ("ingress.max_batch_size=0", "ingress.max_batch_size"),
+        ("api.limits.max_input_chars=0", "api.limits.max_input_chars"),
+        ("journal.batch_size=0", "journal.batch_size"),
+    ],
+)
+def test_bad_values_fail_naming_the_field(override, field):
+    assert _field_of(compose_serve_config("cpu-tiny", [override])) == field
+
+
+def test_relative_paths_become_absolute_but_server_uris_stay(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = with_absolute_paths(compose_serve_config("cpu-tiny", []))
+    assert Path(cfg.journal.path) == tmp_path / ".memroute/serve/journal.sqlite3"
+    assert Path(cfg.memory.uri) == tmp_path / ".memroute/serve/milvus.db"
+    gpu = with_absolute_paths(compose_serve_config("gpu", []))
+    assert gpu.memory.uri == "http://127.0.0.1:19530"
