@@ -67,6 +67,12 @@ def register_configs() -> None:
     from memroute.config.serve import ServeConfig
 
     cs.store(name="serve_schema", node=ServeConfig)
+    from memroute.config.rescore import RescoreConfig
+
+    cs.store(name="rescore_schema", node=RescoreConfig)
+    from memroute.config.cost_report import CostReportConfig
+
+    cs.store(name="cost_report_schema", node=CostReportConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name=f"{group}_schema", node=schema)
 
