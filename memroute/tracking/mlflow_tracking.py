@@ -28,6 +28,10 @@ def _resolve_uri(uri: str) -> str:
     return uri
 
 
+def _is_local_store(uri: str) -> bool:
+    return uri.startswith(("sqlite:", "file:", "/")) or "://" not in uri
+
+
 @contextlib.contextmanager
 def _first_use_lock(uri: str) -> Iterator[None]:
     """Serialize store creation and experiment lookup across processes for a SQLite store:
@@ -81,7 +85,11 @@ class Tracker:
         mlflow.set_tracking_uri(uri)
         with _first_use_lock(uri):
             exp = mlflow.get_experiment_by_name(self.cfg.experiment)
-            if exp is None:
+            if exp is None and not _is_local_store(uri):
+                # A tracking server decides where artifacts live (e.g. S3 through the server);
+                # a local path here would point at this machine's disk.
+                exp_id = mlflow.create_experiment(self.cfg.experiment)
+            elif exp is None:
                 artifacts = Path(self.cfg.artifact_location).resolve()
                 artifacts.mkdir(parents=True, exist_ok=True)
                 exp_id = mlflow.create_experiment(self.cfg.experiment, artifact_location=artifacts.as_uri())
