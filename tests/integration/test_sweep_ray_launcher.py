@@ -20,7 +20,7 @@ def test_retrieval_sweep_runs_trials_as_ray_tasks(tmp_path):
         "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
         "+hydra.launcher.ray.remote.num_cpus=1",
         "dataset=longmemeval", "dataset.size=small", "strategies=[bm25,hybrid-weighted]", "dims=[null]",
-        "retrieval.top_k=5,10", "tracking=local", f"tracking.tracking_uri=sqlite:///{db}",
+        "retrieval.alpha=0.3,0.7", "tracking=local", f"tracking.tracking_uri=sqlite:///{db}",
         f"tracking.artifact_location={tmp_path / 'art'}", f"output_dir={tmp_path / 'out'}",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     ]
@@ -40,5 +40,5 @@ def test_retrieval_sweep_runs_trials_as_ray_tasks(tmp_path):
 
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     found = mlflow.search_runs(search_all_experiments=True, output_format="list")
-    top_ks = sorted(r.data.params.get("retrieval.top_k") for r in found)
-    assert top_ks == ["10", "5"], top_ks
+    alphas = sorted(r.data.params.get("retrieval.alpha") for r in found)
+    assert alphas == ["0.3", "0.7"], alphas
