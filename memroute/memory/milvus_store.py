@@ -18,7 +18,7 @@ import numpy as np
 
 from memroute.config.schema import MemoryConfig
 from memroute.errors import BackendError, ConfigError, InvalidRequest
-from memroute.memory import filters
+from memroute.memory import filters, milvus_fulltext
 from memroute.types import Memory, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class MilvusMemoryStore:
         self.collection = cfg.collection
         self._index_type = index_type
         self._metric = metric
+        self.bm25_function = bool(cfg.bm25_function)  # Milvus' own BM25 (search_bm25)
         self._client = self._connect(cfg)
         self._closed = False
         try:
@@ -132,13 +133,19 @@ class MilvusMemoryStore:
 
     def _create_collection(self) -> None:
         from pymilvus import DataType, MilvusClient
+        from pymilvus.exceptions import MilvusException
 
+        if self.bm25_function:
+            milvus_fulltext.check_server_version(self._client.get_server_version())
         schema = MilvusClient.create_schema(
             auto_id=False, enable_dynamic_field=False, partition_key_field="user_id"
         )
         schema.add_field("id", DataType.INT64, is_primary=True)
         schema.add_field("user_id", DataType.VARCHAR, max_length=MAX_USER_ID, is_partition_key=True)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+        schema.add_field(
+            "text", DataType.VARCHAR, max_length=MAX_TEXT,
+            **milvus_fulltext.text_field_params(self.bm25_function),
+        )
         schema.add_field("session_id", DataType.VARCHAR, max_length=MAX_SESSION_ID)
         schema.add_field("turn_index", DataType.INT64)
         schema.add_field("session_time", DataType.INT64)
@@ -152,14 +159,21 @@ class MilvusMemoryStore:
             metric_type=self._metric,
             params=INDEX_PARAMS[self._index_type],
         )
-        self._client.create_collection(
-            self.collection,
-            schema=schema,
-            index_params=index,
-            num_partitions=self.cfg.num_partitions,
-            # A turn-pair written by one request must be visible to the next one.
-            consistency_level="Strong",
-        )
+        if self.bm25_function:
+            milvus_fulltext.add_bm25(schema, index)
+        try:
+            self._client.create_collection(
+                self.collection,
+                schema=schema,
+                index_params=index,
+                num_partitions=self.cfg.num_partitions,
+                # A turn-pair written by one request must be visible to the next one.
+                consistency_level="Strong",
+            )
+        except MilvusException as exc:
+            if self.bm25_function:  # a server without sparse vectors / BM25 functions
+                raise milvus_fulltext.unsupported(exc, self.uri) from exc
+            raise
 
     def _check_existing_schema(self) -> None:
         desc = self._client.describe_collection(self.collection)
@@ -179,6 +193,7 @@ class MilvusMemoryStore:
                 "(embedder.name / embedder.dim) or another memory.collection",
                 field="embedder.dim",
             )
+        milvus_fulltext.check_schema(desc, self.bm25_function, self.collection, self.uri)
 
     def _probe_filter_templates(self) -> bool:
         """True if the server honours ``filter_params`` (Milvus >= 2.5); Lite 3.2.2 does not."""
@@ -289,6 +304,48 @@ class MilvusMemoryStore:
         hits = [(_memory(h["entity"], h["id"]), float(h["distance"])) for h in res[0]]
         hits.sort(key=lambda mh: -mh[1])  # servers return best first; make it a guarantee
         return hits
+
+    def search_bm25(self, user_id: str, query: str, limit: int) -> list[tuple[Memory, float]]:
+        """Milvus' BM25 within ``user_id``'s rows: (memory, BM25 score > 0), best first."""
+        flt = self._fulltext_request(user_id, query, limit)
+        hits = milvus_fulltext.bm25_hits(
+            self._client, self.collection, query, limit, self._filter_kwargs(flt), OUTPUT_FIELDS
+        )
+        return [(_memory(entity, pk), score) for entity, pk, score in hits]
+
+    def hybrid_search_builtin(
+        self, user_id: str, vector: np.ndarray, query: str, limit: int, candidate_k: int,
+        rrf_k: int,
+    ) -> list[tuple[Memory, float]]:
+        """Milvus' own ``hybrid_search`` (dense + BM25, ``RRFRanker(rrf_k)``) within ``user_id``'s
+        rows: (memory, RRF score), best first. The baseline the benchmark compares against."""
+        flt = self._fulltext_request(user_id, query, limit)
+        if not _is_int(candidate_k) or not 1 <= candidate_k <= MAX_SEARCH_LIMIT:
+            raise InvalidRequest(
+                f"candidate_k must be an integer in 1..{MAX_SEARCH_LIMIT}", field="candidate_k"
+            )
+        vec = self._check_vectors(vector, 1, field="vector")[0]
+        hits = milvus_fulltext.hybrid_hits(
+            self._client, self.collection, vector=vec.tolist(), query=query, limit=limit,
+            candidate_k=candidate_k, rrf_k=rrf_k,
+            dense_params={"metric_type": self._metric, "params": self._search_params(candidate_k)},
+            filter_kwargs=self._filter_kwargs(flt), output_fields=OUTPUT_FIELDS,
+        )
+        return [(_memory(entity, pk), score) for entity, pk, score in hits]
+
+    def _fulltext_request(self, user_id: str, query: str, limit: int) -> filters.Filter:
+        """Checks shared by the BM25 searches; returns the user filter."""
+        self._check_open()
+        milvus_fulltext.require(self.bm25_function, self.collection)
+        flt = filters.user_filter(user_id)
+        if not _is_int(limit) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+            raise InvalidRequest(
+                f"limit must be an integer in 1..{MAX_SEARCH_LIMIT}", field="limit"
+            )
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidRequest("query must be a non-empty string", field="query")
+        _check_varchar(query, MAX_TEXT, "query")
+        return flt
 
     def _search_params(self, limit: int) -> dict[str, Any]:
         if self._index_type == "HNSW":

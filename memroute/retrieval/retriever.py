@@ -1,12 +1,17 @@
-"""Hybrid retrieval of one user's memories: dense (Milvus) + BM25 (per-user index), fused.
+"""Hybrid retrieval of one user's memories: dense (Milvus) + BM25, fused.
+
+The BM25 leg is ``retrieval.bm25_backend``: ``inprocess`` (a per-user bm25s index, rebuilt after
+writes) or ``milvus`` (Milvus' own BM25 function, on a store with ``memory.bm25_function``).
+Both legs go through the same fusion.
 
 Isolation: the dense leg searches the store with a user filter, the sparse leg searches an
-index built only from that user's rows, so a query can never surface another user's memory.
+index built only from that user's rows (or Milvus with the same user filter), so a query can
+never surface another user's memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -16,9 +21,11 @@ from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
 from memroute.retrieval.bm25 import BM25Cache
 from memroute.retrieval.fusion import get_fusion
+from memroute.retrieval.tokenize import tokenize, unigrams
 from memroute.types import Memory, RetrievalHit, TurnPair, validate_user_id
 
 STRATEGIES = ("bm25", "dense", "hybrid")
+BM25_BACKENDS = ("inprocess", "milvus")
 EMBED_CHUNK = 1000  # turn-pairs embedded and upserted per round (the store's write batch)
 MAX_QUERY_CHARS = 8192
 
@@ -43,6 +50,17 @@ class HybridRetriever:
             raise ConfigError(
                 f"the encoder produces {encoder.dim}-dim vectors but the store holds {store_dim}",
                 field="embedder.dim",
+            )
+        if cfg.bm25_backend not in BM25_BACKENDS:
+            raise ConfigError(
+                f"Unknown bm25_backend {cfg.bm25_backend!r}. Available: {', '.join(BM25_BACKENDS)}",
+                field="retrieval.bm25_backend",
+            )
+        if cfg.bm25_backend == "milvus" and not getattr(store, "bm25_function", False):
+            raise ConfigError(
+                "bm25_backend=milvus needs a store created with memory.bm25_function=true "
+                "(Milvus >= 2.5 or Milvus Lite 3.x)",
+                field="retrieval.bm25_backend",
             )
         self.encoder = encoder
         self.store = store
@@ -124,16 +142,16 @@ class HybridRetriever:
                 RetrievalHit(m, s, dense_score=s)
                 for m, s in self.store.search(user_id, vector, top_k)
             ]
-        user_index = self.bm25.get(user_id)
         if strategy == "bm25":
-            return [RetrievalHit(m, s, bm25_score=s) for m, s in user_index.search(query, top_k)]
+            sparse = self._sparse(user_id, query, top_k)
+            return [RetrievalHit(m, s, bm25_score=s) for m, s in sparse]
 
         assert vector is not None
         dense = self.store.search(user_id, vector, n)
-        sparse = user_index.search(query, n)
+        sparse = self._sparse(user_id, query, n)
         memories: dict[int, Memory] = {m.id: m for m, _ in sparse}
         memories.update((m.id, m) for m, _ in dense)  # the store's copy is the freshest
-        overlap = user_index.index.overlap(query, [m.id for m, _ in sparse])
+        overlap = self._overlap(user_id, query, [m for m, _ in sparse])
         fused = get_fusion(self.cfg.fusion)(
             [(m.id, s) for m, s in dense], [(m.id, s) for m, s in sparse], self.cfg, overlap
         )
@@ -143,6 +161,42 @@ class HybridRetriever:
             )
             for h in fused[:top_k]
         ]
+
+    def _sparse(self, user_id: str, query: str, limit: int) -> list[tuple[Memory, float]]:
+        """The BM25 leg: (memory, score > 0), best first."""
+        if self.cfg.bm25_backend == "milvus":
+            return self.store.search_bm25(user_id, query, limit)  # type: ignore[attr-defined]
+        return self.bm25.get(user_id).search(query, limit)
+
+    def _overlap(self, user_id: str, query: str, hits: list[Memory]) -> Mapping[int, float]:
+        """Query-term overlap of the BM25 hits (read by bm25_dominant)."""
+        if self.cfg.bm25_backend == "milvus":
+            return _LazyOverlap(query, hits, self.cfg.ngram, self.cfg.stem)
+        return self.bm25.get(user_id).index.overlap(query, [m.id for m in hits])
+
+
+class _LazyOverlap(Mapping[int, float]):
+    """:meth:`BM25Index.overlap` for hits that have no in-process index. Tokenizing 50 memories
+    costs ~6 ms, so a memory is tokenized only when a fusion reads its overlap."""
+
+    def __init__(self, query: str, hits: Sequence[Memory], ngram: int, stem: bool) -> None:
+        self._terms = set(unigrams(query, stem))
+        self._texts = {m.id: m.text for m in hits}
+        self._ngram, self._stem = ngram, stem
+        self._done: dict[int, float] = {}
+
+    def __getitem__(self, doc_id: int) -> float:
+        if doc_id not in self._done:
+            text = self._texts[doc_id]  # KeyError for ids outside the hits (Mapping.get: default)
+            found = self._terms & set(tokenize(text, self._ngram, self._stem))
+            self._done[doc_id] = len(found) / len(self._terms) if self._terms else 0.0
+        return self._done[doc_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)
 
 
 def _check_strategy(name: object, field: str) -> str:
