@@ -19,4 +19,5 @@ class RescoreConfig:
     allow_drift: bool = False
     wrong_below: Optional[float] = None  # F1 threshold of a wrong answer; None: the run's own
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    assets: AssetsConfig = field(default_factory=AssetsConfig)  # where current chat templates are read
+    # where the current chat templates are read from (the local asset cache)
+    assets: AssetsConfig = field(default_factory=AssetsConfig)

@@ -15,6 +15,7 @@ from memroute.eval.conditions import CONDITIONS
 from memroute.eval.datasets.locomo import Conversation, turn_pairs
 from memroute.eval.metrics import bleu1, f1
 from memroute.llm.base import Backend
+from memroute.retrieval.injection import render_memory_block
 from memroute.routing.router import MemoryRetriever, RouteRequest, Router, Tier
 from memroute.types import ModelReply
 
@@ -121,7 +122,10 @@ def run_conditions(
 
 
 def _row(cond: str, conv: Conversation, qa: Any, res: Any, small_model: str, dia: dict[int, tuple[str, ...]]) -> dict[str, Any]:
-    injected_dia = {d for h in res.decision.memories for d in dia.get(h.memory.id, ())}
+    """One prediction row. Besides the scores it keeps every input of the failure causes and of the
+    rescore job (evidence, what was injected, the stale value), so those need no model later."""
+    memories = res.decision.memories  # injected into the answering call's prompt
+    injected_dia = sorted({d for h in memories for d in dia.get(h.memory.id, ())})
     evidence = set(qa.evidence)
     return {
         "condition": cond,
@@ -131,6 +135,7 @@ def _row(cond: str, conv: Conversation, qa: Any, res: Any, small_model: str, dia
         "fact_type": qa.fact_type or f"cat{qa.category}",
         "question": qa.question,
         "reference": qa.answer,
+        "stale_answer": qa.stale_answer,
         "prediction": res.answer,
         "f1": f1(res.answer, qa.answer, category=qa.category),
         "bleu1": bleu1(res.answer, qa.answer),
@@ -139,17 +144,23 @@ def _row(cond: str, conv: Conversation, qa: Any, res: Any, small_model: str, dia
         "on_small": res.decision.answered_model == small_model,
         "escalated": res.decision.escalated,
         "confidences": res.decision.confidences,
-        "memories": len(res.decision.memories),
-        "evidence_injected": bool(evidence & injected_dia) if evidence else None,
+        "memories": len(memories),
+        "evidence": list(qa.evidence),
+        "injected_dia_ids": injected_dia,
+        "memory_ids": [h.memory.id for h in memories],
+        # UTF-8 bytes of the memory block (header + lines) in the answering prompt
+        "memory_bytes": len(render_memory_block(memories).encode()) if memories else 0,
+        "evidence_injected": bool(evidence & set(injected_dia)) if evidence else None,
         "input_tokens": sum(c.input_tokens for c in res.calls),
         "base_tokens": sum(c.base_prompt_tokens for c in res.calls),
         "injected_tokens": sum(c.injected_tokens for c in res.calls),
         "output_tokens": sum(c.output_tokens for c in res.calls),
         "eff_cost": res.eff_cost,
         "calls": [
-            {"tier": c.tier, "model": c.model_id, "in": c.input_tokens, "injected": c.injected_tokens,
-             "out": c.output_tokens, "confidence": c.confidence, "accepted": c.accepted,
-             "latency_s": c.latency_s, "params_b": c.params_b}
+            {"tier": c.tier, "model": c.model_id, "in": c.input_tokens, "base": c.base_prompt_tokens,
+             "injected": c.injected_tokens, "out": c.output_tokens, "confidence": c.confidence,
+             "accepted": c.accepted, "latency_s": c.latency_s, "params_b": c.params_b,
+             "eff_cost": c.eff_cost}
             for c in res.calls
         ],
     }

