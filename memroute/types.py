@@ -87,6 +87,20 @@ class Memory:
     turn_index: int = 0
 
 
+def memory_of(pair: TurnPair) -> Memory:
+    """The :class:`Memory` the store returns for ``pair`` once written (same id, same text)."""
+    return Memory(
+        id=pair.id,
+        user_id=pair.user_id,
+        text=pair.text(),
+        session_time=pair.session_time,
+        source_model=pair.source_model,
+        created_at=float(pair.created_at),
+        session_id=pair.session_id,
+        turn_index=pair.turn_index,
+    )
+
+
 @dataclass(frozen=True)
 class RetrievalHit:
     memory: Memory

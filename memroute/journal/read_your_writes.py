@@ -29,7 +29,7 @@ from typing import Protocol
 from memroute.errors import InvalidRequest
 from memroute.journal.sqlite_journal import Journal, JournalEntry
 from memroute.retrieval.tokenize import tokenize
-from memroute.types import Memory, RetrievalHit, TurnPair, validate_user_id
+from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 PENDING_SCAN = 256
 DEFAULT_MAX_PENDING = 3
@@ -43,16 +43,7 @@ class Retriever(Protocol):
 
 def pending_memory(pair: TurnPair) -> Memory:
     """The Memory the store will return for ``pair`` once flushed."""
-    return Memory(
-        id=pair.id,
-        user_id=pair.user_id,
-        text=pair.text(),
-        session_time=pair.session_time,
-        source_model=pair.source_model,
-        created_at=float(pair.created_at),
-        session_id=pair.session_id,
-        turn_index=pair.turn_index,
-    )
+    return memory_of(pair)
 
 
 def merge_pending(

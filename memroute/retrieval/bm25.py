@@ -205,6 +205,30 @@ class BM25Cache:
         )
         return MemoryIndex(index, {m.id: m for m in memories})
 
+    def extend(self, memories: Iterable[Memory]) -> None:
+        """Add freshly written memories to the users' cached indexes (a rebuild from the cached
+        rows, ~60 ms for 1,000 memories) instead of dropping them: re-reading a user's rows from
+        Milvus Lite costs seconds. Users without a cached index are only invalidated."""
+        by_user: dict[str, list[Memory]] = {}
+        for m in memories:
+            by_user.setdefault(m.user_id, []).append(m)
+        for uid, new in by_user.items():
+            with self._lock:
+                # Bumped first: a build from the store that started before this write is stale.
+                self._generation[uid] = self._generation.get(uid, 0) + 1
+                stamp = (self._epoch, self._generation[uid])
+                entry = self._entries.pop(uid, None)
+            if entry is None:
+                continue
+            merged = {**entry.memories, **{m.id: m for m in new}}
+            rebuilt = self._build(list(merged.values()))
+            with self._lock:
+                if (self._epoch, self._generation.get(uid, 0)) == stamp:
+                    self._entries[uid] = rebuilt
+                    self._entries.move_to_end(uid)
+                    while len(self._entries) > self.max_users:
+                        self._entries.popitem(last=False)
+
     def invalidate(self, user_id: str) -> None:
         with self._lock:
             self._entries.pop(user_id, None)

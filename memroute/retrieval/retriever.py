@@ -20,9 +20,10 @@ from memroute.embedding.base import Encoder
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
 from memroute.retrieval.bm25 import BM25Cache
+from memroute.retrieval.context import add_session_context, focus_query
 from memroute.retrieval.fusion import get_fusion
 from memroute.retrieval.tokenize import tokenize, unigrams
-from memroute.types import Memory, RetrievalHit, TurnPair, validate_user_id
+from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 STRATEGIES = ("bm25", "dense", "hybrid")
 BM25_BACKENDS = ("inprocess", "milvus")
@@ -69,7 +70,7 @@ class HybridRetriever:
 
     # ----------------------------------------------------------------- writes
     def remember(self, pairs: Sequence[TurnPair]) -> int:
-        """Embed and upsert turn-pairs; their users' BM25 indexes are rebuilt on next search."""
+        """Embed and upsert turn-pairs; cached BM25 indexes of their users take them in."""
         items = list(pairs)
         for p in items:
             if not isinstance(p, TurnPair):
@@ -81,9 +82,11 @@ class HybridRetriever:
                 chunk = items[start : start + EMBED_CHUNK]
                 vectors = self.encoder.encode([p.text() for p in chunk])
                 written += self.store.upsert(chunk, vectors)
-        finally:
-            # Even a partly failed write may have changed rows: never keep a stale index.
+        except BaseException:
+            # A partly failed write may have changed rows: never keep a stale index.
             self.bm25.invalidate_many(p.user_id for p in items)
+            raise
+        self.bm25.extend(memory_of(p) for p in items)
         return written
 
     def invalidate(self, user_id: str) -> None:
@@ -126,7 +129,10 @@ class HybridRetriever:
             _check_query(q)
         if not uids:
             return []
-        vectors = self.encoder.encode(list(queries)) if strat != "bm25" else None
+        vectors = None
+        if strat != "bm25":
+            dense_queries = [self._dense_query(u, q) for u, q in zip(uids, queries)]
+            vectors = self.encoder.encode(dense_queries)
         return [
             self._retrieve_one(uid, q, None if vectors is None else vectors[i], k, strat)
             for i, (uid, q) in enumerate(zip(uids, queries))
@@ -155,12 +161,21 @@ class HybridRetriever:
         fused = get_fusion(self.cfg.fusion)(
             [(m.id, s) for m, s in dense], [(m.id, s) for m, s in sparse], self.cfg, overlap
         )
+        fused = add_session_context(fused, memories, self.cfg.context_weight)
         return [
             RetrievalHit(
                 memories[h.id], h.score, dense_score=h.dense_score, bm25_score=h.bm25_score
             )
             for h in fused[:top_k]
         ]
+
+    def _dense_query(self, user_id: str, query: str) -> str:
+        """The text embedded for the dense leg: the query without the words nearly all of the
+        user's memories share (``retrieval.query_focus``; in-process BM25 statistics only)."""
+        if self.cfg.query_focus >= 1.0 or self.cfg.bm25_backend != "inprocess":
+            return query
+        index = self.bm25.get(user_id).index
+        return focus_query(query, index.df_ratio, self.cfg.query_focus, len(index))
 
     def _sparse(self, user_id: str, query: str, limit: int) -> list[tuple[Memory, float]]:
         """The BM25 leg: (memory, score > 0), best first."""

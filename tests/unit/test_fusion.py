@@ -175,7 +175,7 @@ def test_retriever_hybrid_carries_leg_scores(world):
     assert r.retrieve("alice", "locker", strategy="bm25")[0].dense_score is None
 
 
-def test_remember_invalidates_bm25_for_that_user_only(world):
+def test_remember_extends_the_cached_bm25_index_without_rereading_the_store(world):
     r, _, store = world
     r.retrieve("alice", "tea", strategy="bm25")
     r.retrieve("bob", "tea", strategy="bm25")
@@ -183,7 +183,23 @@ def test_remember_invalidates_bm25_for_that_user_only(world):
     r.remember([pair("alice", 9, "we bought a yellow submarine")])
     assert "submarine" in r.retrieve("alice", "submarine", strategy="bm25")[0].memory.text
     r.retrieve("bob", "tea", strategy="bm25")
-    assert store.listed == ["alice", "bob", "alice"]  # bob's index was kept
+    assert store.listed == ["alice", "bob"]  # alice's index took the new pair in; bob's was kept
+    assert not r.retrieve("bob", "submarine", strategy="bm25")
+
+
+def test_a_failed_write_drops_the_cached_index(world, monkeypatch):
+    r, _, store = world
+    r.retrieve("alice", "tea", strategy="bm25")
+
+    def refuse(pairs, vectors):
+        raise RuntimeError("store down")
+
+    monkeypatch.setattr(store, "upsert", refuse)
+    with pytest.raises(RuntimeError):
+        r.remember([pair("alice", 10, "a half-written memory")])
+    monkeypatch.undo()
+    r.retrieve("alice", "tea", strategy="bm25")
+    assert store.listed == ["alice", "alice"]  # rebuilt from the store, not trusted
 
 
 def test_retrieve_many_embeds_all_queries_in_one_batch(world):
