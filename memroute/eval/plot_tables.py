@@ -12,13 +12,14 @@ from typing import Sequence
 
 import polars as pl
 
+from memroute.eval.causes import CAUSES, WRONG_BELOW
+
 from memroute.eval.conditions import CONDITIONS
 
 # A row counts as correct when its token F1 reaches this (LoCoMo answers are short phrases, so a
 # partial overlap of half the tokens is taken as answering the question).
-CORRECT_F1 = 0.5
+CORRECT_F1 = WRONG_BELOW  # one definition of a correct answer (F1 >= 0.5), shared with causes
 DEFAULT_TAUS: tuple[float, ...] = tuple(round(i / 20, 2) for i in range(21))
-CAUSES = ("not_retrieved", "stale_value", "hedged", "confident_wrong_cheap", "escalated_still_wrong", "other")
 
 # Conditions that ran the same prompt on one tier of a compound condition's cascade (greedy decoding,
 # same memories or none, same token budget), so their answer *is* that tier's answer. "first" is tier 0,

@@ -188,13 +188,13 @@ def _short(usd: float) -> str:
 
 def all_plots(
     df: pl.DataFrame, run_dir: str | Path, *, taus: Sequence[float] = DEFAULT_TAUS,
-    threshold: float = CORRECT_F1,
+    threshold: float = CORRECT_F1, n_tiers: int | None = None,
 ) -> list[Path]:
     """Every benchmark plot into ``run_dir``; returns the files written (skipped plots are absent)."""
     run_dir = Path(run_dir)
     written = [
         reliability_diagram(df, run_dir / "reliability.png", threshold=threshold),
-        small_share_vs_tau(df, run_dir / "small_share_vs_tau.png", taus),
+        small_share_vs_tau(df, run_dir / "small_share_vs_tau.png", taus, n_tiers=n_tiers),
         f1_vs_cost(df, run_dir / "f1_vs_cost.png", "eff_cost"),
         f1_vs_cost(df, run_dir / "f1_vs_cost_prod.png", "eff_cost_prod") if "eff_cost_prod" in df.columns else None,
         causes_by_condition(df, run_dir / "causes.png"),

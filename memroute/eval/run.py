@@ -16,14 +16,23 @@ from memroute.config import BenchmarkConfig, ModelConfig
 from memroute.errors import ConfigError
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
 from memroute.eval.causes import CAUSES, WRONG_BELOW, add_causes
-from memroute.eval.load import load_conversations
+from memroute.eval.conditions import CONDITIONS
+from memroute.eval.load import load_benchmark_set
 from memroute.eval.manifest import MANIFEST, build_manifest, write_manifest
+from memroute.eval.plots import all_plots
 from memroute.eval.report import calls_frame, new_run_dir, predictions_frame, tables, to_markdown
 from memroute.eval.rescore import METRICS_FILE, tables_json
 from memroute.routing.router import Tier
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
 log = logging.getLogger(__name__)
+
+# The column the per-group F1 table is grouped by, and how the report names it.
+GROUP_COLUMNS: dict[str, tuple[str, str]] = {
+    "locomo": ("category", "category"),
+    "synthetic": ("fact_type", "fact_type"),
+    "longmemeval": ("fact_type", "question type (abstention: share abstained, LoCoMo category-5 rule)"),
+}
 
 
 @dataclass
@@ -59,7 +68,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
     started = time.time()
     models = ordered_cascade(cfg.cascade)
     run_dir = new_run_dir(cfg.output_dir)
-    conversations = load_conversations(cfg.dataset, run_dir)
+    conversations = load_benchmark_set(cfg.dataset, run_dir)
     n_questions = sum(len(c.qa) for c in conversations)
     print(f"dataset {cfg.dataset.name}: {len(conversations)} users, {n_questions} questions")
 
@@ -83,6 +92,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,
             memory_dia_ids=dia, batch_size=cfg.batch_size, progress=progress,
+            context_tokens=[m.max_model_len for m in models],
         )
     finally:
         for t in tiers:
@@ -90,12 +100,15 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         store.close()
 
     prod = {m.name: (m.price_as_params_b or m.params_b) for m in models}
-    df = add_causes(predictions_frame(rows, prod), WRONG_BELOW)
-    group_col = "fact_type" if cfg.dataset.name == "synthetic" else "category"
+    df = predictions_frame(rows, prod)
+    # LongMemEval questions have no LoCoMo category (null) except abstention (5): keep one type.
+    df = add_causes(df.with_columns(pl.col("category").cast(pl.Int64)), WRONG_BELOW)
+    group_col, group_label = GROUP_COLUMNS.get(cfg.dataset.name, ("category", "category"))
     tabs = tables(df, cfg.conditions, group_col)
     table, by_group = tabs["summary"], tabs["by_group"]
     timing_table = pl.DataFrame(
         [{"condition": t.condition, "wall_s": round(t.wall_s, 1), "generate_s": round(t.generate_s, 1),
+          "s/q": round(t.wall_s / n_questions, 2) if n_questions else None,
           "router_overhead_%": round(100 * t.overhead_share, 1)} for t in timings]
     )
     pricing = ", ".join(f"{m.name} P={m.params_b}B (prod P={prod[m.name]}B)" for m in models)
@@ -106,10 +119,11 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         f"production pair. Tiers: {pricing}. mem B/q: bytes of the injected memory block per answer; "
         f"mem tok/q: injected tokens per answer, all calls.",
         to_markdown(table),
-        f"F1 (%) per {group_col}:\n\n" + to_markdown(by_group),
+        f"F1 (%) per {group_label}:\n\n" + to_markdown(by_group),
         f"Failure causes per condition (wrong = F1 < {WRONG_BELOW}; one cause each, "
         f"precedence {' > '.join(CAUSES)}):\n\n" + to_markdown(tabs["causes"]),
         "Time per condition:\n\n" + to_markdown(timing_table),
+        *_history_section(df, cfg.conditions),
         f"total {time.time() - started:.0f}s on {platform.node()} ({platform.machine()})",
     ])
     flat = flatten(cfg)
@@ -119,6 +133,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         wrong_below=WRONG_BELOW, assets=assets,
     )
     write_manifest(run_dir, manifest)
+    plots = all_plots(df, run_dir, n_tiers=len(models))
 
     tracker = Tracker(cfg.tracking)
     with tracker.run(f"benchmark-{cfg.dataset.name}", tags={"job": "benchmark"}):
@@ -135,6 +150,8 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
             tracker.log_metrics({f"{c}.wrong": r["wrong"], **{f"{c}.cause.{k}": r[k] for k in CAUSES}})
         for name in (*saved, "report.md", "config.json", MANIFEST):
             tracker.log_artifact(run_dir / name)
+        for plot in plots:
+            tracker.log_artifact(plot)
     print(report)
     print(f"\nresults: {run_dir}")
     if tracker.run_id:
@@ -159,6 +176,27 @@ def save_run(
     (run_dir / "report.md").write_text(report + "\n")
     (run_dir / "config.json").write_text(json.dumps(flat, indent=1, default=str))
     return files
+
+
+def _history_section(df: pl.DataFrame, conditions: list[str]) -> list[str]:
+    """What the full-context conditions were given (history is trimmed oldest-first to fit)."""
+    full = [c for c in conditions if c in CONDITIONS and CONDITIONS.get(c).full_context]
+    if not full:
+        return []
+    table = (
+        df.filter(pl.col("condition").is_in(full))
+        .group_by("condition", maintain_order=True)
+        .agg(
+            pl.len().alias("n"),
+            pl.col("history_tokens").mean().round(0).alias("history tok/q"),
+            pl.col("history_tokens").max().alias("max history tok"),
+            (pl.col("history_turns").sum() / pl.col("history_turns_total").sum() * 100).round(1)
+            .alias("% turns given"),
+            (pl.col("history_turns") < pl.col("history_turns_total")).sum().alias("trimmed q"),
+        )
+    )
+    return ["Full-context history (counted with the answering model's tokenizer; the oldest turns are "
+            "left out when the conversation does not fit max_model_len):\n\n" + to_markdown(table)]
 
 
 def _is_lite(uri: str) -> bool:

@@ -44,17 +44,24 @@ def add_session_context(
     fused: Sequence[FusedHit], memories: Mapping[int, Memory], weight: float
 ) -> list[FusedHit]:
     """Each candidate's score plus ``weight`` x the best score among the candidates that are its
-    neighbours (turn_index +/- 1 in the same session); re-sorted, ties keep the fused order."""
+    neighbours (turn_index +/- 1 in the same session); re-sorted, ties keep the fused order.
+
+    Scores are min-max normalized over the candidates first, so the weight means the same for
+    every fusion: RRF scores are nearly flat (1/61, 1/62, ...) and a raw bonus would swamp them.
+    """
     if weight <= 0 or not fused:
         return list(fused)
-    score_at = {
-        (memories[h.id].session_id, memories[h.id].turn_index): h.score for h in fused
-    }
+    lo = min(h.score for h in fused)
+    span = max(h.score for h in fused) - lo
+    norm = {h.id: (h.score - lo) / span if span > 0 else 1.0 for h in fused}
+    score_at = {(memories[h.id].session_id, memories[h.id].turn_index): norm[h.id] for h in fused}
     boosted = []
     for position, h in enumerate(fused):
         m = memories[h.id]
         near = [score_at.get((m.session_id, m.turn_index + d)) for d in (-1, 1)]
-        bonus = max((s for s in near if s is not None), default=0.0)
-        boosted.append((h.score + weight * bonus, position, h))
+        best = max((s for s in near if s is not None), default=0.0)
+        # Move toward a stronger neighbour, never past it: the top candidate stays on top, so an
+        # exact keyword hit is not overtaken by a cluster of look-alikes next to each other.
+        boosted.append((norm[h.id] + weight * max(0.0, best - norm[h.id]), position, h))
     boosted.sort(key=lambda t: (-t[0], t[1]))
     return [h._replace(score=s) for s, _, h in boosted]

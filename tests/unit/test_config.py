@@ -26,7 +26,8 @@ def test_default_benchmark_config(composer):
     assert [m.name for m in models] == ["qwen2.5-0.5b", "qwen2.5-1.5b"]
     assert all(m.engine == "vllm" for m in models)
     assert models[1].price_as_params_b == 235
-    assert cfg.retrieval.fusion == "rrf" and cfg.router.tau == 0.5 and cfg.router.l_min == -3.0
+    assert cfg.retrieval.fusion == "weighted" and cfg.router.tau == 0.5 and cfg.router.l_min == -3.0
+    assert cfg.retrieval.stem and cfg.retrieval.query_focus == 0.5 and cfg.retrieval.context_weight == 0.5
     assert cfg.dataset.name == "synthetic"
 
 

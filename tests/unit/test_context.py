@@ -1,5 +1,7 @@
 """Query focus and session context (memroute.retrieval.context)."""
 
+import pytest
+
 from memroute.retrieval.bm25 import BM25Index
 from memroute.retrieval.context import MIN_DOCS_FOR_FOCUS, add_session_context, focus_query
 from memroute.retrieval.fusion import FusedHit
@@ -49,11 +51,16 @@ def test_session_context_lifts_the_neighbour_of_a_strong_hit():
              FusedHit(2, 0.45, None, None), FusedHit(4, 0.1, None, None)]
     out = add_session_context(fused, memories, 0.3)
     assert [h.id for h in out] == [1, 2, 3, 4]  # 2 (next to 1) overtakes 3 (isolated)
-    assert abs(out[1].score - (0.45 + 0.3 * 1.0)) < 1e-9
-    assert out[0].score == 1.0 + 0.3 * 0.45
-    assert out[2].score == 0.5 and out[3].score == 0.1  # no neighbours among the candidates
-    # same turn index in another session is not a neighbour
+    norm = {1: 1.0, 3: 0.4 / 0.9, 2: 0.35 / 0.9, 4: 0.0}  # min-max over the candidates
+    assert out[1].score == pytest.approx(norm[2] + 0.3 * (norm[1] - norm[2]))  # toward its neighbour
+    assert out[0].score == pytest.approx(norm[1])  # never past it: the leader keeps its score
+    assert out[2].score == pytest.approx(norm[3]) and out[3].score == 0.0  # no neighbours
+    # same turn index in another session is not a neighbour; weight 0 changes nothing
     assert [h.id for h in add_session_context(fused, memories, 0.0)] == [1, 3, 2, 4]
+    # flat RRF-like scores: a neighbour bonus must not swamp a clear leader
+    rrf_like = [FusedHit(3, 2 / 61, None, None), FusedHit(1, 1 / 61, None, None),
+                FusedHit(2, 1 / 62, None, None), FusedHit(4, 1 / 70, None, None)]
+    assert add_session_context(rrf_like, memories, 0.4)[0].id == 3
 
 
 def test_stemming_matches_inflections_but_not_in_ids():
