@@ -50,6 +50,25 @@ def _first_use_lock(uri: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def experiment_id(cfg: TrackingConfig) -> str:
+    """The id of ``cfg.experiment`` in ``cfg.tracking_uri``, created on first use."""
+    from mlflow import MlflowClient
+
+    uri = _resolve_uri(cfg.tracking_uri)
+    with _first_use_lock(uri):
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name(cfg.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        if not _is_local_store(uri):
+            # A tracking server decides where artifacts live (e.g. S3 through the server);
+            # a local path here would point at this machine's disk.
+            return client.create_experiment(cfg.experiment)
+        artifacts = Path(cfg.artifact_location).resolve()
+        artifacts.mkdir(parents=True, exist_ok=True)
+        return client.create_experiment(cfg.experiment, artifact_location=artifacts.as_uri())
+
+
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dataclasses/dicts -> ``{"router.tau": 0.5, ...}`` for ``log_params``."""
     if is_dataclass(obj) and not isinstance(obj, type):
@@ -83,19 +102,13 @@ class Tracker:
         self._mlflow = mlflow
         uri = _resolve_uri(self.cfg.tracking_uri)
         mlflow.set_tracking_uri(uri)
-        with _first_use_lock(uri):
-            exp = mlflow.get_experiment_by_name(self.cfg.experiment)
-            if exp is None and not _is_local_store(uri):
-                # A tracking server decides where artifacts live (e.g. S3 through the server);
-                # a local path here would point at this machine's disk.
-                exp_id = mlflow.create_experiment(self.cfg.experiment)
-            elif exp is None:
-                artifacts = Path(self.cfg.artifact_location).resolve()
-                artifacts.mkdir(parents=True, exist_ok=True)
-                exp_id = mlflow.create_experiment(self.cfg.experiment, artifact_location=artifacts.as_uri())
-            else:
-                exp_id = exp.experiment_id
-        with mlflow.start_run(experiment_id=exp_id, run_name=name, nested=nested, tags=tags) as active:
+        exp_id = experiment_id(self.cfg)
+        # A sweep trial runs in its own process (a Ray task): its parent is named by id, not by
+        # an active run in this process.
+        parent = self.cfg.parent_run_id
+        with mlflow.start_run(
+            experiment_id=exp_id, run_name=name, nested=nested, tags=tags, parent_run_id=parent
+        ) as active:
             self.run_id = active.info.run_id
             yield self
 

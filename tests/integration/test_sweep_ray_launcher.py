@@ -40,5 +40,9 @@ def test_retrieval_sweep_runs_trials_as_ray_tasks(tmp_path):
 
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     found = mlflow.search_runs(search_all_experiments=True, output_format="list")
-    alphas = sorted(r.data.params.get("retrieval.alpha") for r in found)
+    trials = [r for r in found if r.data.tags.get("job") == "retrieval_eval"]
+    alphas = sorted(r.data.params.get("retrieval.alpha") for r in trials)
     assert alphas == ["0.3", "0.7"], alphas
+    # the sweep callback's parent run holds both trials (jobs/sweep_callback.py)
+    (parent,) = [r for r in found if r.data.tags.get("job") == "sweep"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {parent.info.run_id}
