@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from memroute.journal.config import JournalConfig, check_journal_config
 from memroute.journal.flusher import Flusher, FlusherStats
-from memroute.journal.namespace import namespaced_user_id, split_namespaced_user_id
+from memroute.journal.namespace import namespaced_user_id
 from memroute.journal.read_your_writes import JournaledRetriever, merge_pending
 from memroute.journal.sqlite_journal import Journal, JournalEntry, JournalError, JournalStats
 
@@ -27,5 +27,4 @@ __all__ = [
     "check_journal_config",
     "merge_pending",
     "namespaced_user_id",
-    "split_namespaced_user_id",
 ]

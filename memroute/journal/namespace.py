@@ -41,16 +41,3 @@ def namespaced_user_id(tenant: str, user: str) -> str:
             field="user",
         )
     return validate_user_id(uid, field_name="user")
-
-
-def split_namespaced_user_id(user_id: str) -> tuple[str, str]:
-    """Inverse of :func:`namespaced_user_id`: ``"acme:a:b"`` -> ``("acme", "a:b")``."""
-    validate_user_id(user_id)
-    tenant, sep, user = user_id.partition(SEPARATOR)
-    if not sep or not user:
-        raise InvalidRequest(
-            f"user_id {user_id[:40]!r} has no tenant part (expected tenant:user)", field="user_id"
-        )
-    validate_tenant(tenant, field_name="user_id")
-    validate_user_id(user, field_name="user_id")
-    return tenant, user

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from memroute.errors import ConfigError, InvalidRequest
+from memroute.api.tenancy import split_namespace
 from memroute.journal import (
     Flusher,
     Journal,
@@ -20,7 +21,6 @@ from memroute.journal import (
     check_journal_config,
     merge_pending,
     namespaced_user_id,
-    split_namespaced_user_id,
 )
 from memroute.journal.sqlite_journal import JournalEntry
 from memroute.types import Memory, RetrievalHit, TurnPair
@@ -387,12 +387,13 @@ def test_flusher_and_config_validation(jpath):
 
 
 # -------------------------------------------------------------------------------- namespace
+# (the inverse lives with the tenancy rules: memroute.api.tenancy.split_namespace)
 
 
 def test_namespaced_user_id_is_valid_and_reversible():
     assert namespaced_user_id("acme", "alice") == "acme:alice"
     for tenant, user in [("acme", "alice"), ("t-1.x", "alice:work"), ("a@b", "user@example.com")]:
-        assert split_namespaced_user_id(namespaced_user_id(tenant, user)) == (tenant, user)
+        assert split_namespace(namespaced_user_id(tenant, user)) == (tenant, user)
     # ("a", "b:c") and ("a:b", "c") would collide; a tenant may not contain ':'.
     with pytest.raises(InvalidRequest) as e:
         namespaced_user_id("a:b", "c")
@@ -405,7 +406,7 @@ def test_namespaced_user_id_is_valid_and_reversible():
         assert e.value.field == field
     for bad in ["alice", "acme:", "acme::x", ":x"]:
         with pytest.raises(InvalidRequest):
-            split_namespaced_user_id(bad)
+            split_namespace(bad)
 
 
 # ------------------------------------------------------------------------- read-your-writes
