@@ -4,7 +4,7 @@ Used by all three ways to start it:
 
     python -m jobs.serve serve=cpu-tiny                         # Hydra job (make serve)
     serve run serve.app:build_app preset=cpu-tiny router.tau=0.6
-    serve build serve.app:build_app -o rayservice.yaml          # config for a KubeRay RayService
+    serve build serve.presets:gpu -o serve-config.yaml          # config for a KubeRay RayService
 """
 
 from __future__ import annotations

@@ -124,3 +124,12 @@ def test_relative_paths_become_absolute_but_server_uris_stay(tmp_path, monkeypat
     assert Path(cfg.memory.uri) == tmp_path / ".memroute/serve/milvus.db"
     gpu = with_absolute_paths(compose_serve_config("gpu", []))
     assert gpu.memory.uri == "http://127.0.0.1:19530"
+
+
+def test_presets_module_builds_applications_for_serve_build():
+    import serve.presets as presets
+    from ray.serve import Application
+
+    assert isinstance(presets.cpu_tiny, Application)  # what `serve build serve.presets:cpu_tiny` imports
+    with pytest.raises(AttributeError, match="available"):
+        presets.nonexistent  # noqa: B018
