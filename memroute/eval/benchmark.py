@@ -11,11 +11,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from memroute.config import RetrievalConfig, RouterConfig
-from memroute.eval.conditions import CONDITIONS
-from memroute.eval.datasets.locomo import Conversation, turn_pairs
+from memroute.errors import ConfigError
+from memroute.eval.conditions import CONDITIONS, Condition
+from memroute.eval.datasets.locomo import Conversation
+from memroute.eval.full_context import History, answer_full_context, fit_history, full_context_messages
+from memroute.eval.load import EvalConversation, as_eval_conversation
 from memroute.eval.metrics import bleu1, f1
 from memroute.llm.base import Backend
 from memroute.retrieval.injection import render_memory_block
+from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.router import MemoryRetriever, RouteRequest, Router, Tier
 from memroute.types import ModelReply
 
@@ -67,18 +71,20 @@ class ConditionTiming:
         return max(0.0, self.wall_s - self.generate_s) / self.wall_s if self.wall_s else 0.0
 
 
-def ingest(conversations: Sequence[Conversation], retriever: MemoryRetriever) -> dict[int, tuple[str, ...]]:
-    """Store every conversation's turn-pairs (user = sample id); returns memory id -> dia_ids."""
+def ingest(
+    conversations: Sequence[Conversation | EvalConversation], retriever: MemoryRetriever
+) -> dict[int, tuple[str, ...]]:
+    """Store every conversation's turn-pairs (user = sample id); returns memory id -> evidence
+    keys (LoCoMo dia_ids)."""
     dia: dict[int, tuple[str, ...]] = {}
-    for conv in conversations:
-        records = turn_pairs(conv)
-        retriever.remember([r.pair for r in records])
-        dia.update({r.pair.id: r.dia_ids for r in records})
+    for conv in map(as_eval_conversation, conversations):
+        retriever.remember([r.pair for r in conv.records])
+        dia.update({r.pair.id: r.dia_ids for r in conv.records})
     return dia
 
 
 def run_conditions(
-    conversations: Sequence[Conversation],
+    conversations: Sequence[Conversation | EvalConversation],
     tiers: Sequence[Tier],
     retriever: MemoryRetriever,
     router_cfg: RouterConfig,
@@ -88,11 +94,17 @@ def run_conditions(
     memory_dia_ids: dict[int, tuple[str, ...]],
     batch_size: int = 16,
     progress: bool = True,
+    context_tokens: Sequence[int] | None = None,
 ) -> tuple[list[dict[str, Any]], list[ConditionTiming]]:
-    """Answer every question under every condition; one prediction row per (condition, question)."""
+    """Answer every question under every condition; one prediction row per (condition, question).
+
+    ``context_tokens[i]`` is tier i's context window (``max_model_len``); full-context conditions
+    need it to fit the history.
+    """
     from tqdm.auto import tqdm
 
-    questions = [(conv, qa) for conv in conversations for qa in conv.qa]
+    convs = [as_eval_conversation(c) for c in conversations]
+    questions = [(conv, qa) for conv in convs for qa in conv.qa]
     small_model = tiers[0].backend.model_id
     rows: list[dict[str, Any]] = []
     timings: list[ConditionTiming] = []
@@ -103,17 +115,23 @@ def run_conditions(
             Tier(tiers[i].name, tb, tiers[i].pricing)  # type: ignore[arg-type]
             for i, tb in zip(cond.tier_indexes(len(tiers)), timed)
         ]
-        # Evaluation measures a fixed memory: answers are not written back here.
-        cfg = replace(router_cfg, use_memory=cond.use_memory, use_routing=cond.use_routing, store_answers=False)
-        router = Router(cond_tiers, cfg, retrieval_cfg, retriever if cond.use_memory else None)
         start = time.perf_counter()
         bar = tqdm(total=len(questions), desc=name, disable=not progress, unit="q")
-        for lo in range(0, len(questions), batch_size):
-            chunk = questions[lo : lo + batch_size]
-            reqs = [RouteRequest(conv.sample_id, qa.question) for conv, qa in chunk]
-            for (conv, qa), res in zip(chunk, router.route_many(reqs)):
-                rows.append(_row(name, conv, qa, res, small_model, memory_dia_ids))
-            bar.update(len(chunk))
+        if cond.full_context:
+            rows += _run_full_context(
+                name, cond, convs, cond_tiers[0], router_cfg, context_tokens, len(tiers),
+                batch_size=batch_size, small_model=small_model, dia=memory_dia_ids, bar=bar,
+            )
+        else:
+            # Evaluation measures a fixed memory: answers are not written back here.
+            cfg = replace(router_cfg, use_memory=cond.use_memory, use_routing=cond.use_routing, store_answers=False)
+            router = Router(cond_tiers, cfg, retrieval_cfg, retriever if cond.use_memory else None)
+            for lo in range(0, len(questions), batch_size):
+                chunk = questions[lo : lo + batch_size]
+                reqs = [RouteRequest(conv.sample_id, qa.question) for conv, qa in chunk]
+                for (conv, qa), res in zip(chunk, router.route_many(reqs)):
+                    rows.append(_row(name, conv, qa, res, small_model, memory_dia_ids))
+                bar.update(len(chunk))
         bar.close()
         timings.append(
             ConditionTiming(name, time.perf_counter() - start, sum(t.generate_s for t in timed))
@@ -121,11 +139,69 @@ def run_conditions(
     return rows, timings
 
 
-def _row(cond: str, conv: Conversation, qa: Any, res: Any, small_model: str, dia: dict[int, tuple[str, ...]]) -> dict[str, Any]:
+def _run_full_context(
+    name: str,
+    cond: Condition,
+    convs: Sequence[EvalConversation],
+    tier: Tier,
+    router_cfg: RouterConfig,
+    context_tokens: Sequence[int] | None,
+    n_tiers: int,
+    *,
+    batch_size: int,
+    small_model: str,
+    dia: dict[int, tuple[str, ...]],
+    bar: Any,
+) -> list[dict[str, Any]]:
+    """Conversation by conversation, so its questions run back to back on one cached prefix."""
+    index = cond.tier_indexes(n_tiers)[0]
+    if context_tokens is None or len(context_tokens) != n_tiers:
+        raise ConfigError(
+            f"condition {name!r} needs the context window (max_model_len) of every tier",
+            field="conditions",
+        )
+    confidence = CONFIDENCE.get(router_cfg.confidence, field="router.confidence")
+    backend = tier.backend
+    asked: list[tuple[EvalConversation, Any, History]] = []
+    prompts = []
+    for conv in convs:  # conversation order: its questions run back to back on one cached prefix
+        if not conv.qa:
+            continue
+        questions = [qa.question for qa in conv.qa]
+        history = fit_history(
+            conv.history, router_cfg.system_prompt, questions, context_tokens=context_tokens[index],
+            max_tokens=router_cfg.max_tokens, count_tokens=backend.count_tokens,
+            count_text_tokens=backend.count_text_tokens,
+        )
+        for qa in conv.qa:
+            asked.append((conv, qa, history))
+            prompts.append(full_context_messages(router_cfg.system_prompt, history.text, qa.question))
+    rows: list[dict[str, Any]] = []
+    step = max(1, batch_size)
+    for lo in range(0, len(prompts), step):
+        results = answer_full_context(
+            backend, tier.pricing, prompts[lo : lo + step], max_tokens=router_cfg.max_tokens,
+            batch_size=step, confidence=confidence, l_min=router_cfg.l_min,
+        )
+        for (conv, qa, history), res in zip(asked[lo : lo + step], results):
+            rows.append(_row(name, conv, qa, res, small_model, dia, history=history))
+        bar.update(len(results))
+    return rows
+
+
+def _row(
+    cond: str, conv: EvalConversation, qa: Any, res: Any, small_model: str, dia: dict[int, tuple[str, ...]],
+    *, history: History | None = None,
+) -> dict[str, Any]:
     """One prediction row. Besides the scores it keeps every input of the failure causes and of the
-    rescore job (evidence, what was injected, the stale value), so those need no model later."""
+    rescore job (evidence, what was in the prompt, the stale value), so those need no model later.
+
+    ``injected_dia_ids``: evidence keys of the memories injected into the answering call, or with
+    a full-context ``history`` the keys of every turn in the prompt."""
     memories = res.decision.memories  # injected into the answering call's prompt
     injected_dia = sorted({d for h in memories for d in dia.get(h.memory.id, ())})
+    if history is not None:
+        injected_dia = sorted(set(history.keys))
     evidence = set(qa.evidence)
     return {
         "condition": cond,
@@ -156,6 +232,10 @@ def _row(cond: str, conv: Conversation, qa: Any, res: Any, small_model: str, dia
         "injected_tokens": sum(c.injected_tokens for c in res.calls),
         "output_tokens": sum(c.output_tokens for c in res.calls),
         "eff_cost": res.eff_cost,
+        # full-context conditions: the history given (0 elsewhere)
+        "history_tokens": history.tokens if history else 0,
+        "history_turns": history.kept_turns if history else 0,
+        "history_turns_total": history.total_turns if history else 0,
         "calls": [
             {"tier": c.tier, "model": c.model_id, "in": c.input_tokens, "base": c.base_prompt_tokens,
              "injected": c.injected_tokens, "out": c.output_tokens, "confidence": c.confidence,

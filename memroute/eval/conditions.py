@@ -2,7 +2,8 @@
 
 Each condition picks cascade tiers and switches memory / routing; everything else
 (models, retrieval, tau) comes from the same config, so conditions differ only in what
-the name says.
+the name says. ``full_context`` conditions do not go through the router: the whole conversation
+is the prompt (:mod:`memroute.eval.full_context`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Condition:
     use_memory: bool
     use_routing: bool
     description: str
+    full_context: bool = False  # the whole conversation as history instead of retrieved memories
 
     def tier_indexes(self, n_tiers: int) -> list[int]:
         return {"first": [0], "all": list(range(n_tiers)), "last": [n_tiers - 1]}[self.tiers]
@@ -31,6 +33,9 @@ for _c in (
     Condition("warm_memory_only", "first", True, False, "memory injected, small model only"),
     Condition("warm_compound", "all", True, True, "memory + routing: the full pipeline"),
     Condition("cold_large", "last", False, False, "largest model, no memory, no routing"),
+    Condition("full_context_large", "last", False, False,
+              "largest model, the whole conversation as history (no retrieval, no routing)",
+              full_context=True),
 ):
     CONDITIONS.add(_c.name, _c)
 del _c

@@ -1,7 +1,9 @@
 """The main job as a user runs it: a real subprocess, real models (tiny preset), real MLflow store.
 
 The tiny run takes a minute or two, so it runs once per test session (:func:`tiny_benchmark_run`)
-and tests/integration/test_rescore.py rescores the same run.
+and tests/integration/test_rescore.py rescores the same run. It runs the five router conditions;
+the full-context condition (slow on the transformers tier: no prefix cache) runs in a second,
+small run on the LongMemEval-format set (:func:`test_longmemeval_full_context_run`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
+from memroute.eval.datasets.longmemeval import QUESTION_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
 CONDITIONS = ("cold_small", "cold_compound", "warm_memory_only", "warm_compound", "cold_large")
@@ -48,6 +52,7 @@ def tiny_benchmark_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
             sys.executable, "-m", "jobs.benchmark", "+experiment=tiny", "tracking=local",
             f"tracking.tracking_uri=sqlite:///{db}", f"tracking.artifact_location={tmp / 'artifacts'}",
             f"output_dir={tmp / 'runs'}", f"hydra.run.dir={tmp / 'hydra'}",
+            f"conditions=[{','.join(CONDITIONS)}]",
         ]
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -105,3 +110,42 @@ def test_benchmark_run_saves_a_manifest(tiny_run):
     assert m["embedder"]["asset_sha256"]
     assert set(m["files"]) == {"predictions.parquet", "calls.parquet", "metrics.json"}
     assert m["config"]["dataset.limit"] == 8
+
+
+@pytest.mark.vllm
+def test_longmemeval_full_context_run(tmp_path):
+    """LongMemEval-format set (one user per question), warm memory vs the whole history; the
+    escalation tier's window is cut to 640 tokens so the history must be trimmed."""
+    window = 640
+    cmd = [
+        sys.executable, "-m", "jobs.benchmark", "+experiment=tiny", "dataset=longmemeval", "dataset.size=small",
+        "conditions=[warm_memory_only,full_context_large]", f"cascade.1.max_model_len={window}",
+        f"output_dir={tmp_path / 'runs'}", f"hydra.run.dir={tmp_path / 'hydra'}",
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "dataset longmemeval: 8 users, 8 questions" in proc.stdout
+    assert "F1 (%) per question type" in proc.stdout and "Full-context history" in proc.stdout
+
+    run_dir = next((tmp_path / "runs").glob("*/manifest.json")).parent
+    preds = pl.read_parquet(run_dir / "predictions.parquet")
+    assert preds.height == 2 * 8 and preds["sample_id"].n_unique() == 8
+    full = preds.filter(pl.col("condition") == "full_context_large")
+    warm = preds.filter(pl.col("condition") == "warm_memory_only")
+    assert (full["injected_tokens"] == 0).all() and (full["base_tokens"] == full["input_tokens"]).all()
+    assert (warm["injected_tokens"] > 0).all() and (warm["history_tokens"] == 0).all()
+    # the real tokenizer's counts: trimmed to the window, max_tokens (32) still fits
+    assert (full["history_turns"] < full["history_turns_total"]).all() and (full["history_tokens"] > 0).all()
+    assert (full["input_tokens"] + 32 <= window).all()
+    assert (~full["on_small"]).all() and (warm["on_small"]).all()
+    assert set(preds["fact_type"].to_list()) <= {*QUESTION_TYPES, "abstention"}
+    assert (preds["cause"].is_null() == preds["correct"]).all()
+
+    # the saved run rescores to the same numbers without a model
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.rescore", f"run_dir={run_dir}", "tracking=disabled",
+         f"hydra.run.dir={tmp_path / 'hydra_rescore'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0 and "identical to the saved run" in proc.stdout, proc.stdout[-3000:]
