@@ -141,6 +141,7 @@ class BenchmarkConfig:
             "warm_memory_only",
             "warm_compound",
             "cold_large",
+            "full_context_large",
         ]
     )
     output_dir: str = ".memroute/runs"
