@@ -1,7 +1,7 @@
 """Hybrid retrieval of one user's memories: dense (Milvus) + BM25, fused.
 
-The BM25 leg is ``retrieval.bm25_backend``: ``inprocess`` (a per-user bm25s index, rebuilt after
-writes) or ``milvus`` (Milvus' own BM25 function, on a store with ``memory.bm25_function``).
+The BM25 leg is ``retrieval.bm25_backend``: ``inprocess`` (a per-user bm25s index, extended in place
+by this retriever's writes) or ``milvus`` (Milvus' own BM25 function, on a store with ``memory.bm25_function``).
 Both legs go through the same fusion.
 
 Isolation: the dense leg searches the store with a user filter, the sparse leg searches an
