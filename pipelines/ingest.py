@@ -1,10 +1,16 @@
 """Ray Data bulk ingest: turn-pair rows -> embedding actor pool -> Milvus.
 
 A thin adapter over :mod:`memroute.ingest`: the driver plans (drops pairs already stored, so a
-re-run embeds and writes nothing), ``from_items`` makes the rows a dataset, ``map_batches`` with
-:class:`EmbedBatch` embeds them on an actor pool (one encoder per actor, CPUs or GPUs from the
-config), and the rows reach Milvus either from the driver (``iter_batches``; a Milvus Lite file
-allows one writer) or from a pool of :class:`WriteBatch` actors (a server takes parallel writers).
+re-run embeds and writes nothing), cuts the rows into blocks (one embedding call each),
+``map_batches`` with :class:`EmbedBatch` embeds them on an actor pool (one encoder per actor,
+CPUs or GPUs from the config), and the rows reach Milvus either from the driver
+(``iter_batches``; a Milvus Lite file allows one writer) or from a pool of :class:`WriteBatch`
+actors (a server takes parallel writers).
+
+When the driver writes, it keeps the planned pairs and ships only ``id`` and ``text`` to the
+actors, which send back ``id`` and ``vector``: the other columns would only travel there and
+back to be validated again. Each block is written as soon as it arrives, so writes overlap the
+encoding of the next blocks.
 
 Ray itself is started by the caller (``jobs/ingest.py``): nothing here calls ``ray.init``
 implicitly, so no Ray node can come up bound to anything but the configured address.
@@ -13,8 +19,11 @@ implicitly, so no Ray node can come up bound to anything but the configured addr
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +32,7 @@ import numpy as np
 from memroute.config import AssetsConfig, EmbedderConfig, IngestConfig, MemoryConfig
 from memroute.errors import AssetError, ConfigError
 from memroute.ingest import (
+    ROW_FIELDS,
     IngestSummary,
     WriteOutcome,
     actor_threads,
@@ -30,10 +40,13 @@ from memroute.ingest import (
     check_fits,
     check_ingest_config,
     embedding_dim,
+    longest_first,
     model_folder,
     num_blocks,
+    pairs_for_ids,
     pairs_to_rows,
     plan_ingest,
+    store_is_new,
     write_mode,
     write_pairs,
 )
@@ -44,16 +57,31 @@ log = logging.getLogger(__name__)
 Batch = dict[str, np.ndarray]
 
 
+# Columns the embedding actors get when the driver writes (it keeps the pairs themselves).
+SLIM_FIELDS = ("id", "text")
+
+
 class EmbedBatch:
-    """``map_batches`` callable class: one encoder per actor, built once; adds ``vector``."""
+    """``map_batches`` callable class: one encoder per actor, built once; adds ``vector``.
+
+    ``keep_columns=False`` returns only ``id`` and ``vector`` (the driver holds the rest).
+    """
 
     def __init__(
-        self, embedder: EmbedderConfig, assets: AssetsConfig, dim: int, torch_threads: int
+        self,
+        embedder: EmbedderConfig,
+        assets: AssetsConfig,
+        dim: int,
+        torch_threads: int,
+        keep_columns: bool = True,
     ) -> None:
         from memroute.embedding import build_encoder
         from memroute.llm.assets import AssetStore
 
-        # num_threads sets torch's (process-wide) pool: one actor process, one thread budget.
+        # num_threads sets torch's (process-wide) pool: one actor process, one thread budget;
+        # the Rust tokenizer would otherwise add a thread per core to every actor.
+        if torch_threads == 1:
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         cfg = replace(embedder, num_threads=torch_threads)
         self.encoder = build_encoder(cfg, AssetStore(assets.cache_dir, pip=assets.pip))
         if self.encoder.dim != dim:
@@ -63,9 +91,14 @@ class EmbedBatch:
                 field="embedder.dim",
             )
 
+        self.keep_columns = keep_columns
+
     def __call__(self, batch: Batch) -> Batch:
+        vectors = self.encoder.encode([str(t) for t in batch["text"]])
+        if not self.keep_columns:
+            return {"id": batch["id"], "vector": vectors}
         out = dict(batch)
-        out["vector"] = self.encoder.encode([str(t) for t in batch["text"]])
+        out["vector"] = vectors
         return out
 
 
@@ -73,13 +106,17 @@ class WriteBatch:
     """``map_batches`` callable class for Milvus servers: each actor holds one client and
     returns one row of counts per batch it wrote."""
 
-    def __init__(self, memory: MemoryConfig, dim: int) -> None:
+    def __init__(self, memory: MemoryConfig, dim: int, batch_size: int) -> None:
         from memroute.memory import MilvusMemoryStore
 
         self.store = MilvusMemoryStore(memory, dim)
+        self.batch_size = batch_size
 
     def __call__(self, batch: Batch) -> Batch:
-        out = write_pairs(self.store, batch_to_pairs(batch), batch["vector"])
+        pairs, out = batch_to_pairs(batch), WriteOutcome()
+        for start in range(0, len(pairs), self.batch_size):
+            stop = start + self.batch_size
+            out.add(write_pairs(self.store, pairs[start:stop], batch["vector"][start:stop]))
         return {
             "written": np.array([out.written], dtype=np.int64),
             "errors": np.array([out.errors], dtype=np.int64),
@@ -103,15 +140,19 @@ def ingest_pairs(
     """Store ``pairs`` (embedded) in the configured Milvus; returns the counts.
 
     ``ensure_ray`` starts Ray when there is something to embed (a re-run that finds every pair
-    stored never starts it); without it, Ray must already be initialized.
+    stored never starts it); without it, Ray must already be initialized. A store that does not
+    exist yet (a new Milvus Lite file) holds nothing to skip: the plan only drops repeats, and
+    the store is created in a thread while the actors start instead of before them.
     """
     from memroute.memory import MilvusMemoryStore
 
     check_ingest_config(cfg)
     started = time.perf_counter()
     dim = embedding_dim(cfg.embedder, model_folder(cfg.embedder, cfg.assets.cache_dir))
-    with MilvusMemoryStore(cfg.memory, dim) as store:
-        plan = plan_ingest(pairs, store.existing_ids if cfg.skip_existing else None)
+    lookups = cfg.skip_existing and not store_is_new(cfg.memory.uri)
+    with ExitStack() as stack:
+        store = stack.enter_context(MilvusMemoryStore(cfg.memory, dim)) if lookups else None
+        plan = plan_ingest(pairs, store.existing_ids if store is not None else None)
         log.info(
             "ingest plan: %d read, %d new, %d already stored, %d duplicates, %d users",
             plan.read, len(plan.new), plan.skipped, plan.duplicates, plan.users,
@@ -119,9 +160,18 @@ def ingest_pairs(
         result = PipelineResult(WriteOutcome(), 0.0, None)
         if plan.new:
             if ensure_ray is not None:
+                # A new store opens only after this: ray.init forks, and forking while Milvus
+                # Lite's gRPC threads run has killed Ray's dashboard here (SIGABRT).
                 ensure_ray()
-            result = run_pipeline(plan.new, cfg, dim=dim, store=store)
-            store.flush()  # unflushed Milvus Lite searches are 20-50x slower
+            opening: Future = Future()
+            if store is None:  # nothing to look up: the store is created while actors start
+                pool = stack.enter_context(ThreadPoolExecutor(1))
+                opening = pool.submit(MilvusMemoryStore, cfg.memory, dim)
+                stack.callback(_close_when_opened, opening)
+            else:
+                opening.set_result(store)
+            result = run_pipeline(plan.new, cfg, dim=dim, store=opening.result)
+            opening.result().flush()  # unflushed Milvus Lite searches are 20-50x slower
     return IngestSummary(
         dataset=cfg.dataset.name,
         read=plan.read,
@@ -138,9 +188,10 @@ def ingest_pairs(
 
 
 def run_pipeline(
-    pairs: Sequence[TurnPair], cfg: IngestConfig, *, dim: int, store: Any
+    pairs: Sequence[TurnPair], cfg: IngestConfig, *, dim: int, store: Callable[[], Any]
 ) -> PipelineResult:
-    """Embed ``pairs`` on the actor pool and write them (``store`` is the driver's writer)."""
+    """Embed ``pairs`` on the actor pool and write them; ``store()`` returns the driver's
+    writer (waiting for it to open, if it is still opening), asked for at the first write."""
     import ray
     from tqdm.auto import tqdm
 
@@ -157,7 +208,9 @@ def run_pipeline(
     outcome = WriteOutcome()
     bar = tqdm(total=len(pairs), unit="rows", desc="ingest", disable=not cfg.progress)
     try:
-        for written, errors, messages in _write_stream(embedded(pairs, cfg, dim), cfg, dim, store):
+        planned = {p.id: p for p in pairs}
+        stream = _write_stream(embedded(pairs, cfg, dim), cfg, dim, store, planned)
+        for written, errors, messages in stream:
             if first is None:
                 first = time.perf_counter() - started
             outcome.add(WriteOutcome(written, errors, messages))
@@ -168,10 +221,20 @@ def run_pipeline(
 
 
 def embedded(pairs: Sequence[TurnPair], cfg: IngestConfig, dim: int) -> Any:
-    """The lazy dataset of rows with their ``vector`` column (read -> embed)."""
+    """The lazy dataset of rows with their ``vector`` column (blocks -> embed).
+
+    Writes from the driver need only ``id`` and ``vector`` back; writer actors get every column.
+    """
     import ray
 
-    rows = pairs_to_rows(pairs)
+    keep = write_mode(cfg) != "driver"
+    # Similar lengths per block pad less; rows are matched to their pair by id, not position.
+    rows = pairs_to_rows(longest_first(pairs), ROW_FIELDS if keep else SLIM_FIELDS)
+    # from_items cuts even blocks and reads their metadata in the driver (from_arrow would run
+    # a remote task per block for it: more worker processes while the actors start). Each
+    # block is one embedding call: batch_size=None below hands it to an actor whole (an int
+    # batch_size bundles a block a row short of it with the next one, so calls would carry
+    # two blocks and the first rows would come back twice as late).
     ds = ray.data.from_items(rows, override_num_blocks=num_blocks(cfg, len(rows)))
     return ds.map_batches(
         EmbedBatch,
@@ -180,8 +243,9 @@ def embedded(pairs: Sequence[TurnPair], cfg: IngestConfig, dim: int) -> Any:
             "assets": cfg.assets,
             "dim": dim,
             "torch_threads": actor_threads(cfg),
+            "keep_columns": keep,
         },
-        batch_size=cfg.embed.batch_size,
+        batch_size=None,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=cfg.embed.concurrency),
         num_cpus=cfg.embed.num_cpus,
@@ -190,20 +254,36 @@ def embedded(pairs: Sequence[TurnPair], cfg: IngestConfig, dim: int) -> Any:
 
 
 def _write_stream(
-    ds: Any, cfg: IngestConfig, dim: int, store: Any
+    ds: Any,
+    cfg: IngestConfig,
+    dim: int,
+    store: Callable[[], Any],
+    planned: Mapping[int, TurnPair],
 ) -> Iterator[tuple[int, int, list[str]]]:
-    """(written, errors, messages) per written batch, from the driver or from writer actors."""
+    """(written, errors, messages) per written batch, from the driver or from writer actors.
+
+    Embedded blocks are taken as they arrive (``batch_size=None``), each written in upserts of
+    at most ``write.batch_size`` rows: no block waits for the next to fill a write batch.
+    """
     if write_mode(cfg) == "driver":
-        for batch in ds.iter_batches(batch_size=cfg.write.batch_size, batch_format="numpy"):
-            out = write_pairs(store, batch_to_pairs(batch), batch["vector"])
-            yield out.written, out.errors, out.messages
+        step = cfg.write.batch_size
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            ids, vectors = batch["id"], batch["vector"]
+            for start in range(0, len(ids), step):
+                pairs = pairs_for_ids(ids[start : start + step], planned)
+                out = write_pairs(store(), pairs, vectors[start : start + step])
+                yield out.written, out.errors, out.messages
         return
     import ray
 
     counts = ds.map_batches(
         WriteBatch,
-        fn_constructor_kwargs={"memory": cfg.memory, "dim": dim},
-        batch_size=cfg.write.batch_size,
+        fn_constructor_kwargs={
+            "memory": cfg.memory,
+            "dim": dim,
+            "batch_size": cfg.write.batch_size,
+        },
+        batch_size=None,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=cfg.write.concurrency),
         num_cpus=cfg.write.num_cpus,
@@ -211,6 +291,11 @@ def _write_stream(
     for batch in counts.iter_batches(batch_size=None, batch_format="numpy"):
         for written, errors, messages in zip(batch["written"], batch["errors"], batch["messages"]):
             yield int(written), int(errors), [m for m in str(messages).split("\n") if m]
+
+
+def _close_when_opened(opening: Future) -> None:
+    if opening.exception() is None:  # waits for the open; a failed open has nothing to close
+        opening.result().close()
 
 
 def _check_cluster_fits(cfg: IngestConfig) -> None:

@@ -14,8 +14,16 @@ from memroute.ingest.checks import (
     write_mode,
 )
 from memroute.ingest.model_dim import embedding_dim, model_folder
-from memroute.ingest.plan import IngestPlan, plan_ingest
-from memroute.ingest.rows import ROW_FIELDS, batch_to_pairs, pair_to_row, pairs_to_rows, row_to_pair
+from memroute.ingest.plan import IngestPlan, plan_ingest, store_is_new
+from memroute.ingest.rows import (
+    ROW_FIELDS,
+    batch_to_pairs,
+    longest_first,
+    pair_to_row,
+    pairs_for_ids,
+    pairs_to_rows,
+    row_to_pair,
+)
 from memroute.ingest.sources import DATASETS, dataset_turn_pairs, longmemeval_path
 from memroute.ingest.summary import IngestSummary
 from memroute.ingest.writes import WriteOutcome, write_pairs
@@ -32,14 +40,17 @@ __all__ = [
     "check_ingest_config",
     "dataset_turn_pairs",
     "embedding_dim",
+    "longest_first",
     "longmemeval_path",
     "model_folder",
     "num_blocks",
     "pair_to_row",
+    "pairs_for_ids",
     "pairs_to_rows",
     "plan_ingest",
     "resource_demand",
     "row_to_pair",
+    "store_is_new",
     "write_mode",
     "write_pairs",
 ]

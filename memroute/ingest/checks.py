@@ -101,9 +101,12 @@ def actor_threads(cfg: IngestConfig) -> int:
 
 
 def num_blocks(cfg: IngestConfig, rows: int) -> int:
-    """Input blocks: the configured number, else one per embedding batch (at least one per
-    actor, so none idles). Ray's default for ``from_items`` is ~200 tiny blocks, which costs
-    seconds of scheduling for a few hundred rows."""
+    """Input blocks, each one embedding call: the configured number, else one per
+    ``embed.batch_size`` rows (at least one per actor, so none idles). Ray's default for
+    ``from_items`` is ~200 tiny blocks, which costs seconds of scheduling for a few hundred
+    rows; blocks of ``batch_size`` rows handed to ``map_batches(batch_size=...)`` are worse:
+    a block a row short of a batch waits for the next one, so calls carry two blocks and the
+    first rows come back twice as late."""
     if rows < 1:
         return 1
     if cfg.num_blocks is not None:

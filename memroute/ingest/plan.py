@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from memroute.types import TurnPair
 
@@ -47,3 +48,11 @@ def plan_ingest(pairs: Iterable[TurnPair], existing: ExistingIds | None) -> Inge
         skipped=len(unique) - len(new),
         users=len(by_user),
     )
+
+
+def store_is_new(uri: str) -> bool:
+    """True when ``uri`` names a Milvus Lite file that does not exist yet: it holds nothing,
+    so the plan needs no lookups and the store can be created while the pipeline starts."""
+    from memroute.memory.milvus_store import is_server_uri
+
+    return not is_server_uri(uri) and not Path(uri).expanduser().exists()

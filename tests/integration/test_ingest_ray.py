@@ -104,11 +104,67 @@ def test_ingest_then_rerun_writes_nothing(ray_local, tmp_path, encoder, dataset)
         assert store.existing_ids(other, ids) == set()  # lookups stay within one user
         stored = {m.id: m for m in store.list_user(user)}
         assert set(stored) == set(ids)
-        # The stored vectors are the encoder's vectors of the stored texts, row for row.
-        probe = mine[len(mine) // 2]
-        assert stored[probe.id].text == probe.text()
-        hits = store.search(user, encoder.encode([probe.text()])[0], limit=1)
-        assert hits[0][0].id == probe.id and hits[0][1] > 0.99
+        # Every stored row is its planned pair, field for field (the actors got only id and
+        # text; the driver matched what came back to its pairs by id).
+        for pair in mine:
+            m = stored[pair.id]
+            assert (m.text, m.session_id, m.turn_index, m.session_time, m.created_at) == (
+                pair.text(), pair.session_id, pair.turn_index, pair.session_time, pair.created_at
+            )
+        # The stored vectors are the encoder's vectors of the stored texts, row for row, across
+        # users (blocks are reordered longest-first on the way, so a vector stored under the
+        # wrong id would surface with another text).
+        sample = pairs[:: max(1, len(pairs) // 40)]
+        for pair, vec in zip(sample, encoder.encode([p.text() for p in sample])):
+            (hit, score), = store.search(pair.user_id, vec, limit=1)
+            assert hit.text == pair.text() and score > 0.99, (pair.id, hit.id, score)
+
+
+def test_rerun_with_new_pairs_embeds_only_those(ray_local, tmp_path, encoder):
+    """An existing store is planned against first (its stored ids are skipped); a new file is
+    created while the actors start. Both paths store the same rows."""
+    from pipelines.ingest import ingest_pairs
+
+    cfg = ingest_cfg(tmp_path, DatasetConfig(name="longmemeval", size="small", limit=2))
+    pairs = dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir))
+    half = len(pairs) // 2
+    assert not Path(cfg.memory.uri).exists()
+    first = ingest_pairs(pairs[:half], cfg)  # a new file: no lookups
+    assert (first.written, first.skipped) == (half, 0)
+    second = ingest_pairs(pairs, cfg)  # the file exists: stored ids are looked up and skipped
+    assert (second.read, second.written, second.skipped, second.errors) == (
+        len(pairs), len(pairs) - half, half, 0
+    )
+    with MilvusMemoryStore(cfg.memory, encoder.dim) as store:
+        assert store.count() == len(pairs)
+        probe = pairs[-1]
+        (hit, score), = store.search(probe.user_id, encoder.encode([probe.text()])[0], limit=1)
+        assert hit.text == probe.text() and score > 0.99
+
+
+def test_pipeline_row_helpers_without_ray(tmp_path):
+    """What the driver relies on when it ships (id, text) and gets (id, vector) back."""
+    from memroute.errors import InvalidRequest
+    from memroute.ingest import longest_first, pairs_for_ids, pairs_to_rows, store_is_new
+
+    pairs = dataset_turn_pairs(DatasetConfig(name="longmemeval", size="small", limit=1),
+                               tmp_path / "work")
+    ordered = longest_first(pairs)
+    lengths = [len(p.text()) for p in ordered]
+    assert sorted(ordered, key=lambda p: p.id) == sorted(pairs, key=lambda p: p.id)
+    assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1]
+    rows = pairs_to_rows(ordered, ("id", "text"))
+    assert rows[0] == {"id": ordered[0].id, "text": ordered[0].text()}
+    with pytest.raises(InvalidRequest):
+        pairs_to_rows(pairs, ("id", "vector"))
+    planned = {p.id: p for p in pairs}
+    back = [rows[2]["id"], rows[0]["id"]]
+    assert pairs_for_ids(back, planned) == [ordered[2], ordered[0]]
+    with pytest.raises(InvalidRequest) as e:
+        pairs_for_ids([ordered[0].id + 1], planned)  # never planned: refused, not stored
+    assert e.value.field == "id"
+    assert store_is_new(str(tmp_path / "new.db")) and not store_is_new(str(tmp_path))
+    assert not store_is_new("http://127.0.0.1:19530")
 
 
 def _free_port() -> int:
