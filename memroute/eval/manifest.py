@@ -85,6 +85,23 @@ def injection_template_sha256() -> str:
     return sha256_text(json.dumps([[m.role, m.content] for m in messages]))
 
 
+def full_context_template_sha256() -> str:
+    """Hash of the full-context prompt (history block inside the system message) for a fixed
+    two-session example with one left-out turn, so the header, the note and the layout count."""
+    from memroute.eval import full_context as fc  # the module reads the templates at call time
+
+    sessions = [
+        fc.HistorySession("Session 1", "1:56 pm on 8 May, 2023",
+                          (fc.HistoryTurn("Alice: I moved to Lyon.", "D1:1"),)),
+        fc.HistorySession("Session 2", "2:10 pm on 9 May, 2023",
+                          (fc.HistoryTurn("Bob: Nice!", "D2:1"),)),
+    ]
+    messages = fc.full_context_messages(
+        "<system prompt>", fc.render_history(sessions, omitted=1), "<question>"
+    )
+    return sha256_text(json.dumps([[m.role, m.content] for m in messages]))
+
+
 def chat_template_text(folder: Path) -> str | None:
     """The chat template of a model folder: tokenizer_config.json's, else chat_template.jinja."""
     cfg = folder / "tokenizer_config.json"
@@ -137,6 +154,7 @@ def template_hashes(
     out: dict[str, str | None] = {
         "system_prompt": sha256_text(system_prompt),
         "memory_injection": injection_template_sha256(),
+        "full_context_history": full_context_template_sha256(),
     }
     for t in tiers:
         folder = local_folder(t, assets)

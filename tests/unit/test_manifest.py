@@ -43,6 +43,28 @@ def test_injection_hash_changes_with_the_memory_line_format(monkeypatch):
     assert mf.injection_template_sha256() != before
 
 
+def test_full_context_hash_changes_with_the_history_layout(monkeypatch):
+    from memroute.eval import full_context
+
+    before = mf.full_context_template_sha256()
+    assert mf.full_context_template_sha256() == before
+    monkeypatch.setattr(full_context, "HISTORY_HEADER", "Conversation:")
+    changed_header = mf.full_context_template_sha256()
+    monkeypatch.undo()
+    monkeypatch.setattr(full_context, "OMITTED_NOTE", "({n} turns cut.)")
+    assert len({before, changed_header, mf.full_context_template_sha256()}) == 3
+
+
+def test_drift_names_a_changed_full_context_template(tmp_path, model_dir, monkeypatch):
+    from memroute.eval import full_context
+
+    manifest = _manifest(tmp_path, model_dir)
+    monkeypatch.setattr(full_context, "HISTORY_HEADER", "Conversation:")
+    assert [name for name, _, _ in mf.template_drift(manifest, None).changed] == [
+        "full_context_history"
+    ]
+
+
 def test_chat_template_from_tokenizer_config_or_jinja(tmp_path, model_dir):
     assert mf.chat_template_text(model_dir) == "{{ messages }}"
     other = tmp_path / "jinja"
@@ -64,8 +86,8 @@ def test_model_files_hash_covers_tokenizer_files(model_dir, tmp_path):
 
 def test_manifest_records_templates_artifacts_versions(tmp_path, model_dir):
     m = _manifest(tmp_path, model_dir)
-    assert set(m["templates"]) == {"system_prompt", "memory_injection", "chat_template:small",
-                                   "chat_template:remote"}
+    assert set(m["templates"]) == {"system_prompt", "memory_injection", "full_context_history",
+                                   "chat_template:small", "chat_template:remote"}
     assert m["templates"]["chat_template:remote"] is None  # remote-only tier: nothing local
     assert m["templates"]["system_prompt"] == mf.sha256_text(RouterConfig().system_prompt)
     assert m["system_prompt_is_default"] is True
