@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -49,6 +50,21 @@ def apply_cpu_env_defaults() -> dict[str, str]:
     return applied
 
 
+def guard_kernel_scan() -> None:
+    """Let a vLLM engine start in a process that has already imported numba (bm25s does).
+
+    When an engine starts, vLLM-CPU rebinds Triton kernels by scanning ``vars()`` of every module
+    attribute. llvmlite's ``binding.ffi.lib`` answers any unknown attribute, ``__dict__`` included,
+    with a C-function wrapper, so the scan fails with "'_lib_fn_wrapper' object has no attribute
+    'get'" (a second sweep trial, or any engine built after a BM25 index). Seeding the wrapper's
+    function table gives ``vars(lib)`` a real, empty dict; nothing else reads that entry.
+    """
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    fntab = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(fntab, dict):
+        fntab.setdefault("__dict__", {})
+
+
 class VLLMBackend:
     """A model served by an in-process ``vllm.LLM``; greedy when ``temperature == 0``."""
 
@@ -72,6 +88,7 @@ class VLLMBackend:
             apply_cpu_env_defaults()  # before vllm is imported: it caches some values
         from vllm import LLM
 
+        guard_kernel_scan()
         args: dict[str, Any] = {"dtype": dtype, "max_model_len": max_model_len}
         if on_cpu:
             args["enforce_eager"] = True  # torch.compile on CPU costs minutes and needs a compiler

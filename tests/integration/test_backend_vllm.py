@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 
 import pytest
 
@@ -151,3 +153,23 @@ def test_fp32_second_engine_batches_exactly_and_matches_transformers(engines, hf
     diffs = [abs(a - b) for a, b in zip(singles[0].logprobs, ref.logprobs)]
     print(f"vLLM fp32 vs transformers fp32: max |dlogp| {max(diffs):.2e}")
     assert max(diffs) < 5e-3
+
+
+def test_engine_starts_in_a_process_that_imported_numba(smol_folder):
+    """A sweep's second trial builds engines after the first trial's BM25 index imported numba
+    (through bm25s); vLLM's kernel scan used to crash on llvmlite's ``ffi.lib`` then. A fresh
+    process makes the order certain."""
+    script = (
+        "import sys, llvmlite.binding.ffi\n"
+        "from memroute.retrieval.bm25 import BM25Index\n"
+        "BM25Index([(1, 'the cat is named Tom')], ngram=1)\n"
+        "assert 'numba' in sys.modules\n"
+        "from memroute.llm.vllm_backend import VLLMBackend\n"
+        "from memroute.types import Message\n"
+        f"llm = VLLMBackend('smol', {str(smol_folder)!r}, max_model_len=512)\n"
+        "print('REPLY', llm.generate([Message('user', 'Say hi.')], max_tokens=4).text)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "REPLY" in done.stdout
