@@ -8,6 +8,7 @@ import platform
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn, Sequence
 
 import polars as pl
 
@@ -58,6 +59,29 @@ def ordered_cascade(cascade: dict[str, ModelConfig]) -> list[ModelConfig]:
     return [cascade[k] for k in keys]
 
 
+def needed_tiers(conditions: Sequence[str], n_tiers: int) -> set[int]:
+    """Indexes of the cascade tiers the named conditions call (unknown names raise ConfigError)."""
+    return {
+        i for name in conditions
+        for i in CONDITIONS.get(name, field="conditions").tier_indexes(n_tiers)
+    }
+
+
+class UnusedBackend:
+    """Stands in for a tier no selected condition calls, so its model is never loaded."""
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+
+    def _unused(self, *args: object, **kwargs: object) -> NoReturn:
+        raise RuntimeError(f"tier {self.model_id!r} was not loaded: no selected condition uses it")
+
+    generate = generate_many = count_tokens = count_text_tokens = _unused
+
+    def close(self) -> None:
+        pass
+
+
 def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOutput:
     from memroute.embedding import build_encoder
     from memroute.llm.assets import AssetStore
@@ -83,11 +107,16 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
     print(f"memory: {store.count()} turn-pairs stored for {len(conversations)} users")
 
     tiers = []
+    needed = needed_tiers(cfg.conditions, len(models))
     try:
-        for m in models:
+        for i, m in enumerate(models):
             t0 = time.time()
-            backend = build_backend(m, assets)
-            print(f"tier {len(tiers)}: {m.name} ({m.engine}) ready in {time.time() - t0:.0f}s")
+            if i in needed:
+                backend = build_backend(m, assets)
+                print(f"tier {i}: {m.name} ({m.engine}) ready in {time.time() - t0:.0f}s")
+            else:  # e.g. a capacity sweep on warm_memory_only never calls the large tier
+                backend = UnusedBackend(m.name)
+                print(f"tier {i}: {m.name} not loaded (no selected condition uses it)")
             tiers.append(Tier(m.name, backend, Pricing(m.params_b, m.usd_per_m_input, m.usd_per_m_output)))
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,

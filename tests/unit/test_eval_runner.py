@@ -176,3 +176,33 @@ def test_longmemeval_runs_under_every_condition_with_per_type_groups(lme):
     assert warm["evidence_injected"].any()
     wide = f1_by(df, "fact_type", conds)
     assert "abstention" in wide.columns and "multi-session" in wide.columns
+
+
+def test_only_the_tiers_of_the_selected_conditions_are_needed():
+    from memroute.eval.run import needed_tiers
+
+    assert needed_tiers(["warm_memory_only"], 2) == {0}
+    assert needed_tiers(["cold_large", "full_context_large"], 3) == {2}
+    assert needed_tiers(["cold_small", "warm_compound"], 3) == {0, 1, 2}
+    with pytest.raises(ConfigError, match="warm_everything") as err:
+        needed_tiers(["warm_memory_only", "warm_everything"], 2)
+    assert err.value.field == "conditions"
+
+
+def test_an_unloaded_tier_fails_loudly_if_called_anyway(setup):
+    from memroute.eval.run import UnusedBackend
+
+    convs, retriever, dia, tiers = setup
+    unused = UnusedBackend("large")
+    tiers = [tiers[0], Tier("large", unused, Pricing(1.5))]
+    rows, _ = run_conditions(  # the first tier alone: the placeholder is never touched
+        convs, tiers, retriever, RouterConfig(tau=0.5), RetrievalConfig(), ["warm_memory_only"],
+        memory_dia_ids=dia, batch_size=4, progress=False,
+    )
+    assert len(rows) == 6
+    with pytest.raises(RuntimeError, match="not loaded"):
+        run_conditions(
+            convs, tiers, retriever, RouterConfig(tau=0.5), RetrievalConfig(), ["cold_large"],
+            memory_dia_ids=dia, batch_size=4, progress=False,
+        )
+    unused.close()  # a no-op, as run_benchmark closes every tier
