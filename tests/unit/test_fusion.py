@@ -13,7 +13,7 @@ from memroute.retrieval.fusion import FUSIONS, FusedHit, fuse, get_fusion
 from memroute.retrieval.retriever import HybridRetriever
 from memroute.types import Memory, TurnPair
 
-CFG = RetrievalConfig(rrf_k=60, alpha=0.5, dominant_overlap=0.5)
+CFG = RetrievalConfig(rrf_k=60, alpha=0.5, dominant_overlap=0.5, score_norm="minmax")
 DENSE = [(1, 0.9), (2, 0.8), (3, 0.7)]
 SPARSE = [(2, 5.0), (4, 3.0), (1, 1.0)]
 
@@ -67,6 +67,38 @@ def test_weighted_min_max_arithmetic():
 def test_weighted_single_candidate_normalizes_to_one():
     hits = fuse("weighted", [(5, 0.3)], [(6, 2.0)], replace(CFG, alpha=0.25))
     assert [(h.id, h.score) for h in hits] == [(6, 0.75), (5, 0.25)]
+
+
+def test_weighted_z_score_arithmetic():
+    # dense .9 .8 .7 and bm25 5 3 1 both give z = +1.2247, 0, -1.2247; missing = 0 (the mean)
+    z = 1.5**0.5
+    cfg = replace(CFG, score_norm="zscore")
+    h = by_id(fuse("weighted", DENSE, SPARSE, cfg))
+    assert h[1].score == pytest.approx(0.5 * z - 0.5 * z)
+    assert h[2].score == pytest.approx(0.5 * 0 + 0.5 * z)
+    assert h[3].score == pytest.approx(-0.5 * z)
+    assert h[4].score == pytest.approx(0.0)
+    order = ids(fuse("weighted", DENSE, SPARSE, cfg))
+    assert order[0] == 2 and order[-1] == 3  # 1 and 4 score 0 up to rounding
+    tied = fuse("weighted", [(5, 0.3), (6, 0.3)], [(7, 2.0)], cfg)
+    assert all(h.score == 0.0 for h in tied)  # no spread: nothing stands out
+
+
+def test_z_score_lets_a_standout_hit_beat_a_flat_leg_minmax_would_not():
+    # Dense: memory 1 stands far above four look-alikes. BM25: five near-equal scores.
+    dense = [(1, 0.9), (2, 0.2), (3, 0.2), (4, 0.2), (5, 0.2)]
+    sparse = [(2, 3.0), (3, 2.9), (4, 2.8), (5, 2.7), (6, 2.6)]
+    minmax = replace(CFG, alpha=0.45, score_norm="minmax")
+    zscore = replace(CFG, alpha=0.45, score_norm="zscore")
+    assert ids(fuse("weighted", dense, sparse, minmax))[0] == 2  # 0.55 vs 0.45
+    top = fuse("weighted", dense, sparse, zscore)[0]
+    assert top.id == 1 and top.score == pytest.approx(0.45 * 2.0)  # z = (0.9 - 0.34) / 0.28
+
+
+def test_unknown_score_norm_names_the_field():
+    with pytest.raises(ConfigError) as err:
+        fuse("weighted", DENSE, SPARSE, replace(CFG, score_norm="rank"))
+    assert err.value.field == "retrieval.score_norm" and "minmax, zscore" in str(err.value)
 
 
 def test_weighted_alpha_out_of_range():
