@@ -103,10 +103,15 @@ def _z_score(scores: dict[int, float]) -> dict[int, float]:
 #   from its other candidates weighs more for that query. Dense cosines of MiniLM are bunched
 #   (0.3-0.6) while BM25 scores are peaked, so per query the sharper leg leads: it lifted the
 #   generated LongMemEval set from 0.82 to 0.88 (dense is strong there) at the same LoCoMo recall.
-SCORE_NORMS: dict[str, Callable[[dict[int, float]], dict[int, float]]] = {
-    "minmax": _min_max,
-    "zscore": _z_score,
-}
+ScoreNorm = Callable[[dict[int, float]], dict[int, float]]
+SCORE_NORMS: Registry[ScoreNorm] = Registry("score_norm")
+SCORE_NORMS.add("minmax", _min_max)
+SCORE_NORMS.add("zscore", _z_score)
+
+
+def get_score_norm(name: str) -> ScoreNorm:
+    """The normalization called ``name``; unknown names raise ConfigError listing the others."""
+    return SCORE_NORMS.get(name, field="retrieval.score_norm")
 
 
 @FUSIONS.register("weighted")
@@ -121,12 +126,7 @@ def weighted(
     """
     if not 0.0 <= cfg.alpha <= 1.0:
         raise ConfigError(f"alpha must be in [0, 1], got {cfg.alpha}", field="retrieval.alpha")
-    norm = SCORE_NORMS.get(cfg.score_norm)
-    if norm is None:
-        raise ConfigError(
-            f"Unknown score_norm {cfg.score_norm!r}. Available: {', '.join(SCORE_NORMS)}",
-            field="retrieval.score_norm",
-        )
+    norm = get_score_norm(cfg.score_norm)
     d, s = _leg(dense), _leg(sparse)
     nd, ns = norm(d.score), norm(s.score)
     fused = {

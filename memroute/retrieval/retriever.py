@@ -21,7 +21,7 @@ from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
 from memroute.retrieval.bm25 import BM25Cache
 from memroute.retrieval.context import add_session_context, focus_query
-from memroute.retrieval.fusion import SCORE_NORMS, get_fusion
+from memroute.retrieval.fusion import get_fusion, get_score_norm
 from memroute.retrieval.tokenize import tokenize, unigrams
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
@@ -42,11 +42,7 @@ class HybridRetriever:
     ) -> None:
         _check_strategy(cfg.strategy, "retrieval.strategy")
         get_fusion(cfg.fusion)  # fail at construction, not on the first request
-        if cfg.score_norm not in SCORE_NORMS:
-            raise ConfigError(
-                f"Unknown score_norm {cfg.score_norm!r}. Available: {', '.join(SCORE_NORMS)}",
-                field="retrieval.score_norm",
-            )
+        get_score_norm(cfg.score_norm)
         if cfg.top_k < 1:
             raise ConfigError("top_k must be >= 1", field="retrieval.top_k")
         if cfg.candidate_k < 1:
