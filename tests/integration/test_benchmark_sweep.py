@@ -5,35 +5,22 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .ray_sweep import run_ray_sweep
 
 
 def test_benchmark_sweep_nests_ray_trials_under_one_parent_run(tmp_path):
     db = tmp_path / "mlflow.db"
-    cmd = [
-        sys.executable, "-m", "jobs.benchmark", "-m", "hydra/launcher=ray",
-        "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
-        "+hydra.launcher.ray.remote.num_cpus=1",
+    stdout, log = run_ray_sweep("jobs.benchmark", [
         # the tiny preset, smaller still: both tiers on transformers (no vLLM engine start), two
         # questions of one user, one condition
         "+experiment=tiny", "model@cascade.0=smollm2-135m-hf", "dataset.limit=2", "dataset.sessions_per_user=2",
         "conditions=[warm_memory_only]", "router.tau=0.3,0.7",
-        "tracking=local", f"tracking.tracking_uri=sqlite:///{db}", f"tracking.artifact_location={tmp_path / 'art'}",
-        f"output_dir={tmp_path / 'out'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    ]
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # loopback-only local node
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
-    assert "_run_job pid=" in log  # the trials ran inside Ray workers, not in this process
+    ], tmp_path)
     assert "raised" not in log, log[-4000:]  # Hydra turns callback errors into warnings
-    parent_id = re.search(r"MLflow sweep run id: ([0-9a-f]{32})", proc.stdout).group(1)
+    parent_id = re.search(r"MLflow sweep run id: ([0-9a-f]{32})", stdout).group(1)
 
     import mlflow
 

@@ -3,32 +3,17 @@ runs as a Ray task on a local loopback Ray node and records its own MLflow run."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import polars as pl
 
-ROOT = Path(__file__).resolve().parents[2]
+from .ray_sweep import run_ray_sweep
 
 
 def test_retrieval_sweep_runs_trials_as_ray_tasks(tmp_path):
     db = tmp_path / "mlflow.db"
-    cmd = [
-        sys.executable, "-m", "jobs.retrieval_eval", "-m", "hydra/launcher=ray",
-        "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false",
-        "+hydra.launcher.ray.remote.num_cpus=1",
+    run_ray_sweep("jobs.retrieval_eval", [
         "dataset=longmemeval", "dataset.size=small", "strategies=[bm25,hybrid-weighted]", "dims=[null]",
-        "retrieval.alpha=0.3,0.7", "tracking=local", f"tracking.tracking_uri=sqlite:///{db}",
-        f"tracking.artifact_location={tmp_path / 'art'}", f"output_dir={tmp_path / 'out'}",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    ]
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # loopback-only local node
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
-    assert "_run_job pid=" in log  # the trials ran inside Ray workers, not in this process
+        "retrieval.alpha=0.3,0.7",
+    ], tmp_path)
     runs = sorted((tmp_path / "out").iterdir())
     assert len(runs) == 2  # one result folder per trial, even when both start in the same second
     for run in runs:
