@@ -63,6 +63,11 @@ class RetrievalConfig:
     # Hybrid: a candidate gains context_weight x the best fused score of its neighbour turn-pairs
     # in the same session (evidence often spans adjacent pairs); 0 turns it off.
     context_weight: float = 0.5
+    # Hybrid: rerank the fused top rerank_depth by z(fused) + rerank_weight * z(MaxSim of the
+    # encoder's token vectors); "none" (default: +~100 ms per query on CPU) or "maxsim".
+    rerank: str = "none"
+    rerank_depth: int = 20
+    rerank_weight: float = 0.7
     token_budget: int = 1024  # injected-memory tokens for escalation tiers
     probe_token_budget: int = 512  # injected-memory tokens for the first (probe) tier
 

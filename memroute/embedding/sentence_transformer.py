@@ -71,14 +71,7 @@ class SentenceTransformerEncoder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32, each row L2-normalized (an all-zero row stays zero)."""
-        if isinstance(texts, str):
-            raise InvalidRequest("encode expects a list of texts, got one string", field="texts")
-        items = list(texts)
-        for i, t in enumerate(items):
-            if not isinstance(t, str):
-                raise InvalidRequest(
-                    f"texts[{i}] must be a string, got {type(t).__name__}", field="texts"
-                )
+        items = _checked_texts(texts)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         emb = self._model.encode(
@@ -92,8 +85,39 @@ class SentenceTransformerEncoder:
         norms = np.linalg.norm(emb, axis=1, keepdims=True)
         return np.ascontiguousarray(emb / np.maximum(norms, 1e-12), dtype=np.float32)
 
+    def encode_tokens(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Per text a (tokens, width) float32 array of L2-normalized token vectors, without the
+        [CLS] / [SEP] markers (late-interaction rerank, :mod:`memroute.retrieval.rerank`).
+        Always the full width: Matryoshka truncation applies to pooled vectors only."""
+        items = _checked_texts(texts)
+        if not items:
+            return []
+        out = self._model.encode(
+            items,
+            batch_size=self.batch_size,
+            output_value="token_embeddings",
+            convert_to_numpy=False,  # one tensor per text, padding already stripped
+            show_progress_bar=False,
+        )
+        result = []
+        for t in out:
+            tokens = t.detach().float().cpu().numpy()[1:-1]
+            norms = np.linalg.norm(tokens, axis=1, keepdims=True)
+            result.append(np.ascontiguousarray(tokens / np.maximum(norms, 1e-12), dtype=np.float32))
+        return result
+
     def __repr__(self) -> str:
         return f"SentenceTransformerEncoder(name={self.name!r}, dim={self.dim}, width={self.width})"
+
+
+def _checked_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise InvalidRequest("encode expects a list of texts, got one string", field="texts")
+    items = list(texts)
+    for i, t in enumerate(items):
+        if not isinstance(t, str):
+            raise InvalidRequest(f"texts[{i}] must be a string, got {type(t).__name__}", field="texts")
+    return items
 
 
 def _model_width(model: object) -> int:

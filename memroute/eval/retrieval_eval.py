@@ -35,6 +35,8 @@ STRATEGIES: dict[str, tuple[str, str]] = {
 # "<name>-plain": the same strategy without stemming, query focus or session context (ablation).
 PLAIN_SUFFIX = "-plain"
 PLAIN = {"stem": False, "query_focus": 1.0, "context_weight": 0.0}
+# "<name>-maxsim": the same strategy with the late-interaction rerank (hybrid strategies only).
+MAXSIM_SUFFIX = "-maxsim"
 
 
 @dataclass(frozen=True)
@@ -102,17 +104,22 @@ def score_case(hits: Sequence[RetrievalHit], case: RetrievalCase, ks: Sequence[i
 
 
 def strategy_config(base: RetrievalConfig, name: str) -> RetrievalConfig:
-    """The retrieval config of a named strategy; ``<name>-plain`` also turns the extras off."""
-    key = name.removesuffix(PLAIN_SUFFIX) if isinstance(name, str) else name
+    """The retrieval config of a named strategy; ``<name>-plain`` also turns the extras off,
+    ``<name>-maxsim`` turns the late-interaction rerank on."""
+    key = name if isinstance(name, str) else ""
+    extras: dict[str, object] = {}
+    if key.endswith(PLAIN_SUFFIX):
+        key, extras = key.removesuffix(PLAIN_SUFFIX), {**PLAIN, "rerank": "none"}
+    elif key.endswith(MAXSIM_SUFFIX) and key.startswith("hybrid"):
+        key, extras = key.removesuffix(MAXSIM_SUFFIX), {"rerank": "maxsim"}
     if key not in STRATEGIES:
         raise ConfigError(
             f"Unknown retrieval strategy {name!r}. Available: {', '.join(STRATEGIES)} "
-            f"(each also as <name>{PLAIN_SUFFIX})",
+            f"(each also as <name>{PLAIN_SUFFIX}, the hybrid ones as <name>{MAXSIM_SUFFIX})",
             field="strategies",
         )
     strategy, fusion = STRATEGIES[key]
-    cfg = replace(base, strategy=strategy, fusion=fusion)
-    return replace(cfg, **PLAIN) if name != key else cfg
+    return replace(base, strategy=strategy, fusion=fusion, **extras)
 
 
 def evaluate(

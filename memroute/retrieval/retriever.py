@@ -21,7 +21,8 @@ from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
 from memroute.retrieval.bm25 import BM25Cache
 from memroute.retrieval.context import add_session_context, focus_query
-from memroute.retrieval.fusion import get_fusion, get_score_norm
+from memroute.retrieval.fusion import FusedHit, get_fusion, get_score_norm
+from memroute.retrieval.rerank import RERANKERS, TokenEncoder, maxsim_order
 from memroute.retrieval.tokenize import tokenize, unigrams
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
@@ -64,6 +65,19 @@ class HybridRetriever:
                 "(Milvus >= 2.5 or Milvus Lite 3.x)",
                 field="retrieval.bm25_backend",
             )
+        if cfg.rerank not in RERANKERS:
+            raise ConfigError(
+                f"Unknown rerank {cfg.rerank!r}. Available: {', '.join(RERANKERS)}",
+                field="retrieval.rerank",
+            )
+        if cfg.rerank == "maxsim" and not isinstance(encoder, TokenEncoder):
+            raise ConfigError(
+                f"rerank=maxsim needs an encoder with token vectors (encode_tokens); "
+                f"{type(encoder).__name__} has none",
+                field="retrieval.rerank",
+            )
+        if cfg.rerank_depth < 1:
+            raise ConfigError("rerank_depth must be >= 1", field="retrieval.rerank_depth")
         self.encoder = encoder
         self.store = store
         self.cfg = cfg
@@ -131,16 +145,18 @@ class HybridRetriever:
         if not uids:
             return []
         vectors = None
+        dense_queries = list(queries)
         if strat != "bm25":
             dense_queries = [self._dense_query(u, q) for u, q in zip(uids, queries)]
             vectors = self.encoder.encode(dense_queries)
         return [
-            self._retrieve_one(uid, q, None if vectors is None else vectors[i], k, strat)
+            self._retrieve_one(uid, q, None if vectors is None else vectors[i], k, strat, dense_queries[i])
             for i, (uid, q) in enumerate(zip(uids, queries))
         ]
 
     def _retrieve_one(
-        self, user_id: str, query: str, vector: np.ndarray | None, top_k: int, strategy: str
+        self, user_id: str, query: str, vector: np.ndarray | None, top_k: int, strategy: str,
+        focused: str,
     ) -> list[RetrievalHit]:
         n = max(self.cfg.candidate_k, top_k)
         if strategy == "dense":
@@ -163,12 +179,28 @@ class HybridRetriever:
             [(m.id, s) for m, s in dense], [(m.id, s) for m, s in sparse], self.cfg, overlap
         )
         fused = add_session_context(fused, memories, self.cfg.context_weight)
+        if self.cfg.rerank == "maxsim":
+            fused = self._rerank(focused, fused, memories)
         return [
             RetrievalHit(
                 memories[h.id], h.score, dense_score=h.dense_score, bm25_score=h.bm25_score
             )
             for h in fused[:top_k]
         ]
+
+    def _rerank(self, focused: str, fused: list[FusedHit], memories: Mapping[int, Memory]) -> list[FusedHit]:
+        """The top ``rerank_depth`` re-ordered by fused + MaxSim (the focused query, so the
+        speakers' names do not match every memory); each slot keeps its score, so scores stay
+        descending and the list order is the ranking."""
+        head, tail = fused[: self.cfg.rerank_depth], fused[self.cfg.rerank_depth :]
+        order = maxsim_order(
+            self.encoder,  # type: ignore[arg-type]  # checked at construction
+            focused,
+            [memories[h.id].text for h in head],
+            [h.score for h in head],
+            self.cfg.rerank_weight,
+        )
+        return [head[i]._replace(score=head[slot].score) for slot, i in enumerate(order)] + tail
 
     def _dense_query(self, user_id: str, query: str) -> str:
         """The text embedded for the dense leg: the query without the words nearly all of the

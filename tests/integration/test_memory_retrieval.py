@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -234,3 +236,29 @@ def test_a_second_process_gets_a_clear_error_on_a_lite_file(store):
     assert res.returncode == 3, res.stderr[-2000:]
     assert res.stdout.startswith("memory.uri") and "one process" in res.stdout
     assert store.count(BOB) == len(BOB_PAIRS)  # the owner is unaffected
+
+
+def test_token_vectors_drop_the_markers_and_are_normalized(encoder):
+    texts = ["Biscuit is my dog", "a much longer sentence about the lake house we rented in June"]
+    vectors = encoder.encode_tokens(texts)
+    tokenizer = encoder._model.tokenizer
+    for text, v in zip(texts, vectors):
+        assert v.shape == (len(tokenizer(text)["input_ids"]) - 2, encoder.width)  # no [CLS] / [SEP]
+        assert v.dtype == np.float32
+        np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, rtol=1e-5)
+    assert encoder.encode_tokens([]) == []
+
+
+def test_maxsim_rerank_reorders_only_the_head_and_keeps_scores_descending(encoder, store):
+    base = RetrievalConfig(top_k=30, candidate_k=100)
+    plain = HybridRetriever(encoder, store, base)
+    reranked = HybridRetriever(encoder, store, replace(base, rerank="maxsim", rerank_depth=8, rerank_weight=3.0),
+                               bm25_cache=plain.bm25)
+    query = "What did I call my new dog?"
+    before, after = plain.retrieve(ALICE, query), reranked.retrieve(ALICE, query)
+    assert {h.memory.id for h in after[:8]} == {h.memory.id for h in before[:8]}
+    assert [h.memory.id for h in after[8:]] == [h.memory.id for h in before[8:]]
+    assert [h.memory.id for h in after[:8]] != [h.memory.id for h in before[:8]]  # weight 3: it moves
+    assert [h.score for h in after] == sorted((h.score for h in after), reverse=True)
+    assert "Biscuit" in after[0].memory.text
+    assert all(h.memory.user_id == ALICE for h in after)

@@ -68,3 +68,11 @@ def test_plain_strategies_turn_the_extras_off():
     assert (plain.stem, plain.query_focus, plain.context_weight) == (False, 1.0, 0.0)
     with pytest.raises(ConfigError, match="-plain"):
         strategy_config(tuned, "splade-plain")
+
+
+def test_maxsim_strategies_turn_the_rerank_on_for_hybrid_only():
+    cfg = strategy_config(RetrievalConfig(), "hybrid-weighted-maxsim")
+    assert (cfg.strategy, cfg.fusion, cfg.rerank) == ("hybrid", "weighted", "maxsim")
+    assert strategy_config(RetrievalConfig(rerank="maxsim"), "hybrid-rrf-plain").rerank == "none"
+    with pytest.raises(ConfigError, match="-maxsim"):
+        strategy_config(RetrievalConfig(), "dense-maxsim")  # a single leg has nothing fused to rerank
