@@ -64,7 +64,7 @@ class RetrievalConfig:
     # in the same session (evidence often spans adjacent pairs); 0 turns it off.
     context_weight: float = 0.5
     # Hybrid: rerank the fused top rerank_depth by z(fused) + rerank_weight * z(MaxSim of the
-    # encoder's token vectors); "none" (default: +~100 ms per query on CPU) or "maxsim".
+    # encoder's token vectors); "none" (default) or "maxsim" (+~260 ms per query on 2 CPU cores).
     rerank: str = "none"
     rerank_depth: int = 20
     rerank_weight: float = 0.7

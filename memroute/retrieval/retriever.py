@@ -22,7 +22,7 @@ from memroute.memory.base import MemoryStore
 from memroute.retrieval.bm25 import BM25Cache
 from memroute.retrieval.context import add_session_context, focus_query
 from memroute.retrieval.fusion import FusedHit, get_fusion, get_score_norm
-from memroute.retrieval.rerank import RERANKERS, TokenEncoder, maxsim_order
+from memroute.retrieval.rerank import RERANKERS, TokenEncoder
 from memroute.retrieval.tokenize import tokenize, unigrams
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
@@ -65,14 +65,10 @@ class HybridRetriever:
                 "(Milvus >= 2.5 or Milvus Lite 3.x)",
                 field="retrieval.bm25_backend",
             )
-        if cfg.rerank not in RERANKERS:
+        self._rerank_order = RERANKERS.get(cfg.rerank, field="retrieval.rerank")
+        if cfg.rerank != "none" and not isinstance(encoder, TokenEncoder):
             raise ConfigError(
-                f"Unknown rerank {cfg.rerank!r}. Available: {', '.join(RERANKERS)}",
-                field="retrieval.rerank",
-            )
-        if cfg.rerank == "maxsim" and not isinstance(encoder, TokenEncoder):
-            raise ConfigError(
-                f"rerank=maxsim needs an encoder with token vectors (encode_tokens); "
+                f"rerank={cfg.rerank} needs an encoder with token vectors (encode_tokens); "
                 f"{type(encoder).__name__} has none",
                 field="retrieval.rerank",
             )
@@ -179,7 +175,7 @@ class HybridRetriever:
             [(m.id, s) for m, s in dense], [(m.id, s) for m, s in sparse], self.cfg, overlap
         )
         fused = add_session_context(fused, memories, self.cfg.context_weight)
-        if self.cfg.rerank == "maxsim":
+        if self.cfg.rerank != "none":  # skip building the candidate texts
             fused = self._rerank(focused, fused, memories)
         return [
             RetrievalHit(
@@ -189,11 +185,11 @@ class HybridRetriever:
         ]
 
     def _rerank(self, focused: str, fused: list[FusedHit], memories: Mapping[int, Memory]) -> list[FusedHit]:
-        """The top ``rerank_depth`` re-ordered by fused + MaxSim (the focused query, so the
-        speakers' names do not match every memory); each slot keeps its score, so scores stay
-        descending and the list order is the ranking."""
+        """The top ``rerank_depth`` re-ordered by the configured reranker (given the focused query,
+        so the speakers' names do not match every memory); each slot keeps its score, so scores
+        stay descending and the list order is the ranking."""
         head, tail = fused[: self.cfg.rerank_depth], fused[self.cfg.rerank_depth :]
-        order = maxsim_order(
+        order = self._rerank_order(
             self.encoder,  # type: ignore[arg-type]  # checked at construction
             focused,
             [memories[h.id].text for h in head],
