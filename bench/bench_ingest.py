@@ -117,8 +117,8 @@ def tree_cpu(root: int) -> float:
 
 
 def bench_rows(n: int, seed: int, work: Path) -> list[TurnPair]:
-    from memroute.eval.datasets import lme_turn_pairs, load_longmemeval
-    from memroute.eval.longmemeval_synth import generate_longmemeval, write_json
+    from memroute.datasets import lme_turn_pairs, load_longmemeval
+    from memroute.datasets.generate.longmemeval import generate_longmemeval, write_json
 
     questions = 10
     while True:  # ~160 pairs per question in the default preset: grow until there are enough

@@ -11,14 +11,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from memroute.config import RetrievalConfig, RouterConfig
+from memroute.datasets.conversations import as_eval_conversation
+from memroute.datasets.records import Conversation, EvalConversation
 from memroute.errors import ConfigError
 from memroute.eval.conditions import CONDITIONS, Condition
-from memroute.eval.datasets.locomo import Conversation
 from memroute.eval.full_context import History, answer_full_context, fit_history, full_context_messages
-from memroute.eval.load import EvalConversation, as_eval_conversation
 from memroute.eval.metrics import bleu1, f1
 from memroute.llm.base import Backend
-from memroute.retrieval.injection import render_memory_block
+from memroute.routing.prompt import render_memory_block
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.router import MemoryRetriever, RouteRequest, Router, Tier
 from memroute.types import ModelReply

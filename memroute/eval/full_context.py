@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from memroute.accounting.cost import Pricing
+from memroute.datasets.records import HistorySession
 from memroute.errors import ConfigError
 from memroute.llm.base import Backend
 from memroute.routing.confidence import ConfidenceFn
@@ -52,22 +53,6 @@ OMITTED_NOTE = "({n} earlier turns are left out to fit the context window.)"
 
 CountText = Callable[[str], int]
 CountPrompt = Callable[[Sequence[Message]], int]
-
-
-@dataclass(frozen=True)
-class HistoryTurn:
-    line: str  # as the model reads it: "Caroline: ..." / "User: ..."
-    key: str  # evidence key: a LoCoMo dia_id, or a LongMemEval turn-pair key
-
-
-@dataclass(frozen=True)
-class HistorySession:
-    label: str  # "Session 3"
-    date_text: str  # as written in the dataset
-    turns: tuple[HistoryTurn, ...]
-
-    def header(self) -> str:
-        return f"[{self.label}, {self.date_text}]"
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from memroute.config import BenchmarkConfig, ModelConfig, RouterConfig
 from memroute.eval import causes, metrics
-from memroute.retrieval.injection import build_messages
+from memroute.routing.prompt import build_messages
 from memroute.types import Memory, RetrievalHit, TurnPair
 
 if TYPE_CHECKING:
-    from memroute.llm.assets import AssetStore
+    from memroute.assets.store import AssetStore
 
 MANIFEST = "manifest.json"
 LIBRARIES = (
@@ -88,13 +88,14 @@ def injection_template_sha256() -> str:
 def full_context_template_sha256() -> str:
     """Hash of the full-context prompt (history block inside the system message) for a fixed
     two-session example with one left-out turn, so the header, the note and the layout count."""
+    from memroute.datasets.records import HistorySession, HistoryTurn
     from memroute.eval import full_context as fc  # the module reads the templates at call time
 
     sessions = [
-        fc.HistorySession("Session 1", "1:56 pm on 8 May, 2023",
-                          (fc.HistoryTurn("Alice: I moved to Lyon.", "D1:1"),)),
-        fc.HistorySession("Session 2", "2:10 pm on 9 May, 2023",
-                          (fc.HistoryTurn("Bob: Nice!", "D2:1"),)),
+        HistorySession("Session 1", "1:56 pm on 8 May, 2023",
+                       (HistoryTurn("Alice: I moved to Lyon.", "D1:1"),)),
+        HistorySession("Session 2", "2:10 pm on 9 May, 2023",
+                       (HistoryTurn("Bob: Nice!", "D2:1"),)),
     ]
     messages = fc.full_context_messages(
         "<system prompt>", fc.render_history(sessions, omitted=1), "<question>"
@@ -135,7 +136,7 @@ def local_folder(model: Mapping[str, Any], assets: AssetStore | None) -> Path | 
 
 
 def tier_record(slot: str, m: ModelConfig, assets: AssetStore | None) -> dict[str, Any]:
-    from memroute.llm.asset_specs import ASSETS
+    from memroute.assets.specs import ASSETS
 
     folder = local_folder({"asset": m.asset, "path": m.path}, assets)
     return {
@@ -199,7 +200,7 @@ def build_manifest(
     wrong_below: float,
     assets: AssetStore | None,
 ) -> dict[str, Any]:
-    from memroute.llm.asset_specs import ASSETS
+    from memroute.assets.specs import ASSETS
 
     slots = sorted(cfg.cascade.items(), key=lambda kv: int(kv[0]))  # cheapest first
     tiers = [tier_record(s, m, assets) for s, m in slots]

@@ -116,7 +116,7 @@ def exact_match(prediction: object, reference: object) -> bool:
 
 # ----------------------------------------------------------------------------- retrieval
 # Ranked ids and gold ids must name the same unit (dia_ids, or turn-pair ids via
-# memroute.eval.datasets.evidence_pair_ids). Repeated ids in a ranking count once, at their
+# memroute.datasets.evidence_pair_ids). Repeated ids in a ranking count once, at their
 # first position.
 
 RecallMode = Literal["fraction", "any", "all"]

@@ -2,27 +2,22 @@
 
 Each case is one question of one user with its gold turn-pairs (and gold sessions); every
 strategy ranks that user's memories and the ranks are scored with Recall@k (fraction, any,
-all), NDCG@k and MRR at turn-pair level and at session level.
+all), NDCG@k and MRR at turn-pair level and at session level. The cases come from the dataset
+layer (:func:`memroute.datasets.dataset_cases`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Iterable, Protocol, Sequence
+from dataclasses import replace
+from typing import Protocol, Sequence
 
 import polars as pl
 
 from memroute.config import RetrievalConfig
+from memroute.datasets.records import RetrievalCase
 from memroute.errors import ConfigError
-from memroute.eval.datasets.locomo import Conversation, evidence_pair_ids, turn_pairs
-from memroute.eval.datasets.longmemeval import (
-    LMEQuestion,
-    gold_pair_ids,
-    gold_session_ids,
-    lme_turn_pairs,
-)
 from memroute.eval.metrics import mrr, ndcg_at_k, recall_at_k
-from memroute.types import RetrievalHit, TurnPair
+from memroute.types import RetrievalHit
 
 # name -> (strategy, fusion)
 STRATEGIES: dict[str, tuple[str, str]] = {
@@ -39,53 +34,10 @@ PLAIN = {"stem": False, "query_focus": 1.0, "context_weight": 0.0}
 MAXSIM_SUFFIX = "-maxsim"
 
 
-@dataclass(frozen=True)
-class RetrievalCase:
-    user_id: str
-    query: str
-    group: str  # question type or LoCoMo category
-    gold_pairs: tuple[int, ...]
-    gold_sessions: tuple[str, ...]
-
-
 class Retrieves(Protocol):
     def retrieve_many(
         self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None
     ) -> list[list[RetrievalHit]]: ...
-
-
-def locomo_cases(conversations: Iterable[Conversation]) -> tuple[list[TurnPair], list[RetrievalCase]]:
-    """Each conversation is one user; ``evidence`` dia_ids are the gold (questions without any skipped)."""
-    pairs: list[TurnPair] = []
-    cases: list[RetrievalCase] = []
-    for conv in conversations:
-        records = turn_pairs(conv)
-        pairs.extend(r.pair for r in records)
-        session_of = {r.pair.id: r.pair.session_id for r in records}
-        for qa in conv.qa:
-            gold = evidence_pair_ids(qa, records)
-            if gold:
-                sessions = tuple(dict.fromkeys(session_of[g] for g in gold))
-                cases.append(RetrievalCase(conv.sample_id, qa.question, f"cat{qa.category}", gold, sessions))
-    return pairs, cases
-
-
-def longmemeval_cases(questions: Iterable[LMEQuestion]) -> tuple[list[TurnPair], list[RetrievalCase]]:
-    """Each question's haystack is its own user; abstention questions have no gold and are skipped."""
-    pairs: list[TurnPair] = []
-    cases: list[RetrievalCase] = []
-    for q in questions:
-        records = lme_turn_pairs(q)
-        pairs.extend(r.pair for r in records)
-        gold = gold_pair_ids(q, records)
-        if q.is_abstention or not gold:
-            continue
-        user = records[0].pair.user_id if records else q.question_id
-        # Pair session ids may carry a "#2" suffix for repeated sessions: score on the pair's own id.
-        by_id = {r.pair.id: r.pair.session_id for r in records}
-        sessions = tuple(dict.fromkeys(by_id[g] for g in gold)) or tuple(gold_session_ids(q))
-        cases.append(RetrievalCase(user, q.question, q.question_type, gold, sessions))
-    return pairs, cases
 
 
 def score_case(hits: Sequence[RetrievalHit], case: RetrievalCase, ks: Sequence[int]) -> dict[str, float]:

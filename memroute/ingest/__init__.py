@@ -24,12 +24,10 @@ from memroute.ingest.rows import (
     pairs_to_rows,
     row_to_pair,
 )
-from memroute.ingest.sources import DATASETS, dataset_turn_pairs, longmemeval_path
 from memroute.ingest.summary import IngestSummary
 from memroute.ingest.writes import WriteOutcome, write_pairs
 
 __all__ = [
-    "DATASETS",
     "ROW_FIELDS",
     "IngestPlan",
     "IngestSummary",
@@ -38,10 +36,8 @@ __all__ = [
     "batch_to_pairs",
     "check_fits",
     "check_ingest_config",
-    "dataset_turn_pairs",
     "embedding_dim",
     "longest_first",
-    "longmemeval_path",
     "model_folder",
     "num_blocks",
     "pair_to_row",

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from memroute.eval.datasets.longmemeval import QUESTION_TYPES
+from memroute.datasets.longmemeval import QUESTION_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
 CONDITIONS = ("cold_small", "cold_compound", "warm_memory_only", "warm_compound", "cold_large")

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from memroute.config import DatasetConfig, IngestConfig, MemoryConfig, TrackingConfig
-from memroute.eval.datasets import lme_turn_pairs, load_longmemeval, load_locomo, turn_pairs
-from memroute.ingest import dataset_turn_pairs, longmemeval_path
+from memroute.datasets import lme_turn_pairs, load_longmemeval, load_locomo, turn_pairs
+from memroute.datasets.registry import dataset_turn_pairs, longmemeval_path
 from memroute.memory import MilvusMemoryStore
 
 ROOT = Path(__file__).resolve().parents[2]

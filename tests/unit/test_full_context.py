@@ -6,11 +6,10 @@ from pathlib import Path
 import pytest
 
 from memroute.accounting.cost import Pricing
+from memroute.datasets.records import HistorySession, HistoryTurn
 from memroute.errors import ConfigError
 from memroute.eval.full_context import (
     HISTORY_HEADER,
-    HistorySession,
-    HistoryTurn,
     answer_full_context,
     fit_history,
     full_context_messages,

@@ -12,17 +12,16 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from memroute.config import DatasetConfig, EmbedderConfig, IngestConfig, register_configs, to_object
+from memroute.datasets import DatasetError, lme_turn_pairs, load_longmemeval
+from memroute.datasets.registry import dataset_turn_pairs, longmemeval_path
 from memroute.errors import AssetError, BackendError, ConfigError, InvalidRequest
-from memroute.eval.datasets import DatasetError, lme_turn_pairs, load_longmemeval
 from memroute.ingest import (
     ROW_FIELDS,
     IngestSummary,
     batch_to_pairs,
     check_fits,
     check_ingest_config,
-    dataset_turn_pairs,
     embedding_dim,
-    longmemeval_path,
     num_blocks,
     pair_to_row,
     plan_ingest,

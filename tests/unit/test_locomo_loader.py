@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memroute.errors import InvalidRequest
-from memroute.eval.datasets import (
+from memroute.datasets import (
     DatasetError,
     evidence_pair_ids,
     load_locomo,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memroute.errors import InvalidRequest
-from memroute.eval import longmemeval_synth as synth
-from memroute.eval.datasets import (
+from memroute.datasets.generate import longmemeval as synth
+from memroute.datasets import (
     QUESTION_TYPES,
     DatasetError,
     gold_pair_ids,

@@ -10,11 +10,11 @@ from memroute.config import BenchmarkConfig, ModelConfig, RetrievalConfig, Route
 from memroute.eval import manifest as mf
 from memroute.eval.benchmark import ingest, run_conditions
 from memroute.eval.causes import WRONG_BELOW, add_causes
-from memroute.eval.datasets.locomo import load_locomo
+from memroute.datasets.locomo import load_locomo
 from memroute.eval.report import predictions_frame, tables
 from memroute.eval.rescore import EXIT_DIFFERENT, EXIT_DRIFT, EXIT_OK, rescore_run
 from memroute.eval.run import save_run
-from memroute.eval.synthetic import generate, write_json
+from memroute.datasets.generate.synthetic import generate, write_json
 from memroute.routing.router import Tier
 
 from .fakes import FakeBackend, FakeRetriever

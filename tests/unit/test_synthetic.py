@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memroute.errors import InvalidRequest
-from memroute.eval import synthetic
-from memroute.eval.datasets import load_locomo, turn_pairs
+from memroute.datasets.generate import synthetic
+from memroute.datasets import load_locomo, turn_pairs
 from memroute.eval.metrics import normalize_answer
 
 NEGATION = re.compile(r"\b(never|don't|not|no)\b", re.IGNORECASE)

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from memroute.errors import InvalidRequest
-from memroute.eval.datasets import DatasetError, TraceRecord, load_traces, trace_turn_pairs
+from memroute.datasets import DatasetError, TraceRecord, load_traces, trace_turn_pairs
 
 
 def utc(*args):

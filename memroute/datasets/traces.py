@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memroute.datasets.parsing import DatasetError
+from memroute.datasets.records import TraceRecord
 from memroute.errors import InvalidRequest
-from memroute.eval.datasets import DatasetError
 from memroute.types import TurnPair, validate_user_id
 
 REQUIRED_FIELDS = ("ts", "tenant", "user_id", "session_id", "query", "answer")
@@ -26,18 +26,6 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 # Epoch seconds past this (year 5138) are almost surely milliseconds: refuse rather than guess.
 _MAX_EPOCH_S = 1e11
-
-
-@dataclass(frozen=True)
-class TraceRecord:
-    ts: float  # epoch seconds, UTC
-    tenant: str
-    user_id: str
-    session_id: str
-    query: str
-    answer: str
-    model: str = ""
-    origin: str = field(default="", compare=False)  # "<file>: line 3", for later errors
 
 
 def _parse_ts(value: Any) -> float:

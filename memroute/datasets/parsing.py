@@ -6,7 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memroute.eval.datasets import DatasetError
+from memroute.errors import MemrouteError
+
+
+class DatasetError(MemrouteError):
+    """A dataset file is missing or malformed; the message names the file, sample and field."""
+
+    status = 400
+    code = "dataset_error"
 
 
 class Where:

@@ -1,14 +1,14 @@
-"""Dataset config -> what the benchmark runs on.
+"""Benchmark datasets as :class:`~memroute.datasets.records.EvalConversation` s, one per memory
+user: its turn-pairs (stored as memories), its history (for the full-context condition) and its
+questions.
 
-:func:`load_conversations` reads the LoCoMo-format sets (the built-in generator writes LoCoMo JSON,
-so one loader reads both). :func:`load_benchmark_set` turns any benchmark dataset into
-:class:`EvalConversation` s, one per memory user: its turn-pairs (stored as memories), its
-history (for the full-context condition) and its questions.
+LoCoMo-format sets (the real file and the synthetic one): the sample is the user; evidence keys
+are dia_ids.
 
 LongMemEval-format sets (``dataset=longmemeval``, the real file or the generated one):
 
-* every question is its own user (:func:`~memroute.eval.datasets.longmemeval.lme_user_id`), whose
-  memories are the question's haystack (:func:`~memroute.eval.datasets.longmemeval.lme_turn_pairs`);
+* every question is its own user (:func:`~memroute.datasets.longmemeval.lme_user_id`), whose
+  memories are the question's haystack (:func:`~memroute.datasets.longmemeval.lme_turn_pairs`);
 * the question is asked on ``question_date``, so the text every condition receives is
   ``"[Current date: <question_date>] <question>"`` (LongMemEval's reader prompt gives the date
   too; "how many days ago" questions need it);
@@ -24,62 +24,21 @@ LongMemEval-format sets (``dataset=longmemeval``, the real file or the generated
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from memroute.config import DatasetConfig
-from memroute.errors import ConfigError
-from memroute.eval.datasets.locomo import QA, Conversation, PairRecord, load_locomo, turn_pairs
-from memroute.eval.full_context import HistorySession, HistoryTurn
+from memroute.datasets.locomo import turn_pairs
+from memroute.datasets.longmemeval import lme_turn_pairs, lme_user_id
+from memroute.datasets.records import (
+    QA,
+    Conversation,
+    EvalConversation,
+    HistorySession,
+    HistoryTurn,
+    LMEQuestion,
+    PairRecord,
+)
 
-if TYPE_CHECKING:
-    from memroute.eval.datasets.longmemeval import LMEQuestion
-
-DATASETS = ("locomo", "longmemeval", "synthetic")
 ABSTENTION_GROUP = "abstention"
 ABSTENTION_CATEGORY = 5  # LoCoMo's adversarial rule (see the module doc)
-
-
-@dataclass(frozen=True)
-class EvalConversation:
-    """One memory user: the turn-pairs stored for it, its history and the questions about it."""
-
-    sample_id: str  # the user id in the memory store
-    records: tuple[PairRecord, ...]  # turn-pairs with the evidence keys they hold
-    history: tuple[HistorySession, ...]
-    qa: tuple[QA, ...]
-
-
-def load_conversations(cfg: DatasetConfig, workdir: Path) -> list[Conversation]:
-    if cfg.name == "synthetic":
-        from memroute.eval.synthetic import generate, write_json
-
-        path = workdir / f"synthetic_u{cfg.num_users}_s{cfg.sessions_per_user}_seed{cfg.seed}.json"
-        write_json(generate(num_users=cfg.num_users, sessions_per_user=cfg.sessions_per_user, seed=cfg.seed), path)
-        return load_locomo(path, categories=cfg.categories or None, limit=cfg.limit)
-    if cfg.name == "locomo":
-        if not cfg.path:
-            raise ConfigError("dataset.path is required for LoCoMo (path to locomo10.json)", field="dataset.path")
-        path = Path(cfg.path).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"dataset.path {str(path)!r} does not exist", field="dataset.path")
-        return load_locomo(
-            path, sample_ids=cfg.sample_ids or ["conv-26"], categories=cfg.categories or None, limit=cfg.limit
-        )
-    raise ConfigError(f"Unknown dataset {cfg.name!r}. Available: locomo, synthetic", field="dataset.name")
-
-
-def load_benchmark_set(cfg: DatasetConfig, workdir: Path) -> list[EvalConversation]:
-    """Any benchmark dataset as :class:`EvalConversation` s (LongMemEval: one per question)."""
-    if cfg.name == "longmemeval":
-        from memroute.eval.datasets.longmemeval import load_longmemeval
-        from memroute.ingest.sources import longmemeval_path
-
-        return [from_longmemeval(q) for q in load_longmemeval(longmemeval_path(cfg, workdir), limit=cfg.limit)]
-    if cfg.name not in DATASETS:
-        raise ConfigError(f"Unknown dataset {cfg.name!r}. Available: {', '.join(DATASETS)}", field="dataset.name")
-    return [from_locomo(c) for c in load_conversations(cfg, workdir)]
 
 
 def from_locomo(conv: Conversation) -> EvalConversation:
@@ -97,8 +56,6 @@ def lme_pair_key(session_id: str, turn_index: int) -> str:
 
 def from_longmemeval(q: LMEQuestion) -> EvalConversation:
     """LongMemEval: the question is the user (see the module doc for the choices)."""
-    from memroute.eval.datasets.longmemeval import lme_turn_pairs
-
     lme_records = lme_turn_pairs(q)
     records = tuple(PairRecord(r.pair, (lme_pair_key(r.pair.session_id, r.pair.turn_index),)) for r in lme_records)
     turns: dict[str, list[HistoryTurn]] = defaultdict(list)
@@ -133,13 +90,7 @@ def from_longmemeval(q: LMEQuestion) -> EvalConversation:
         fact_type=ABSTENTION_GROUP if q.is_abstention else q.question_type,
         qid=q.question_id,
     )
-    return EvalConversation(records[0].pair.user_id if records else _user(q), records, history, (qa,))
-
-
-def _user(q: LMEQuestion) -> str:
-    from memroute.eval.datasets.longmemeval import lme_user_id
-
-    return lme_user_id(q.question_id)
+    return EvalConversation(records[0].pair.user_id if records else lme_user_id(q.question_id), records, history, (qa,))
 
 
 def as_eval_conversation(conv: Conversation | EvalConversation) -> EvalConversation:

@@ -1,7 +1,7 @@
 """LongMemEval loader: the released JSON list -> typed questions, per-question turn-pairs, gold ids.
 
 Format (``longmemeval_s.json`` / ``_m`` / ``_oracle``, also written by
-:mod:`memroute.eval.longmemeval_synth`): a JSON list of questions, each ``{"question_id",
+:mod:`memroute.datasets.generate.longmemeval`): a JSON list of questions, each ``{"question_id",
 "question_type", "question", "answer", "question_date", "haystack_session_ids", "haystack_dates",
 "haystack_sessions", "answer_session_ids"}``. ``haystack_sessions[i]`` is a list of ``{"role":
 "user" | "assistant", "content", "has_answer"?}`` turns dated ``haystack_dates[i]`` (like
@@ -17,14 +17,13 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memroute.datasets.parsing import DatasetError, Where, read_json
+from memroute.datasets.records import LMEPairRecord, LMEQuestion, LMETurn
 from memroute.errors import InvalidRequest
-from memroute.eval.datasets import DatasetError
-from memroute.eval.datasets.parsing import Where, read_json
 from memroute.types import USER_ID_RE, TurnPair, stable_id, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -44,47 +43,6 @@ _LME_DATE = re.compile(
     r"\s*(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\([A-Za-z]+\))?"
     r"(?:\s+(\d{1,2}):(\d{2})(?::(\d{2}))?)?\s*"
 )
-
-
-@dataclass(frozen=True)
-class LMETurn:
-    role: str  # "user" | "assistant"
-    content: str
-    has_answer: bool = False  # the dataset marks the turns that hold the evidence
-
-
-@dataclass(frozen=True)
-class LMEQuestion:
-    question_id: str
-    question_type: str
-    question: str
-    answer: str
-    question_date: int  # epoch seconds, UTC
-    question_date_text: str  # as written in the file
-    haystack_session_ids: tuple[str, ...]
-    haystack_dates: tuple[int, ...]  # epoch seconds, UTC, one per session
-    haystack_dates_text: tuple[str, ...]
-    haystack_sessions: tuple[tuple[LMETurn, ...], ...]
-    answer_session_ids: tuple[str, ...]
-    is_abstention: bool
-
-    @property
-    def num_turns(self) -> int:
-        return sum(len(s) for s in self.haystack_sessions)
-
-
-@dataclass(frozen=True)
-class LMEPairRecord:
-    """A turn-pair ready for the memory store, with the haystack session it came from.
-
-    ``session_id`` is the dataset's id; ``pair.session_id`` equals it except for a session id that
-    repeats within one haystack (a few real histories hold a filler session twice), whose later
-    copies get ``#2``, ``#3``... so that every pair keeps a distinct stable id.
-    """
-
-    pair: TurnPair
-    session_id: str
-    has_answer: bool
 
 
 def parse_lme_date(text: str) -> int:

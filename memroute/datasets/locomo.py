@@ -1,6 +1,6 @@
 """LoCoMo loader: the canonical list-of-samples JSON -> typed conversations, QA and turn-pairs.
 
-Format (``locomo10.json``, also written by :mod:`memroute.eval.synthetic`): a JSON list of samples,
+Format (``locomo10.json``, also written by :mod:`memroute.datasets.generate.synthetic`): a JSON list of samples,
 each ``{"sample_id", "conversation": {"speaker_a", "speaker_b", "session_N": [turn...],
 "session_N_date_time": "1:56 pm on 8 May, 2023", ...}, "qa": [{"question", "answer" |
 "adversarial_answer", "evidence": [dia_id...], "category"}, ...]}``; turns are
@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memroute.datasets.parsing import DatasetError, Where, read_json
+from memroute.datasets.records import QA, Conversation, PairRecord, Session, Turn
 from memroute.errors import InvalidRequest
-from memroute.eval.datasets import DatasetError
-from memroute.eval.datasets.parsing import Where, read_json
 from memroute.types import TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -61,73 +60,6 @@ _MONTHS = {
 # Evidence ids in the released file are mostly "D3:12", with a few slips ("D:11:26", "D30:05",
 # "D8:6; D9:17", "D9:1 D4:4"); normalize those instead of losing the question's gold evidence.
 _EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")
-_PHOTO_PREFIX = re.compile(
-    r"^(an? )?(photo|photograph|photography|picture|image) of ", re.IGNORECASE
-)
-
-
-@dataclass(frozen=True)
-class Turn:
-    speaker: str
-    dia_id: str
-    text: str
-    caption: str | None = None  # BLIP caption of a shared photo, if any
-
-    def render(self) -> str:
-        """``"Caroline: text [shares a photo of ...]"`` -- the form stored in turn-pairs."""
-        out = f"{self.speaker}: {self.text}"
-        if self.caption:
-            what = _PHOTO_PREFIX.sub("", self.caption.strip())
-            out = f"{out.rstrip()} [shares a photo of {what}]"
-        return out
-
-
-@dataclass(frozen=True)
-class Session:
-    index: int  # N of session_N
-    date_time: int  # epoch seconds, UTC
-    date_text: str  # as written in the file
-    turns: tuple[Turn, ...]
-
-
-@dataclass(frozen=True)
-class QA:
-    question: str
-    answer: str
-    evidence: tuple[str, ...]
-    category: int
-    fact_type: str | None
-    qid: str  # "<sample_id>:q<position in the file's qa list>", stable under filtering
-    stale_answer: str | None = None  # synthetic corrections: the superseded value
-    adversarial_answer: str | None = None  # category 5: the tempting wrong answer
-
-
-@dataclass(frozen=True)
-class Conversation:
-    sample_id: str
-    speaker_a: str
-    speaker_b: str
-    sessions: tuple[Session, ...]
-    qa: tuple[QA, ...]
-
-    def find_turn(self, dia_id: str) -> Turn | None:
-        for session in self.sessions:
-            for turn in session.turns:
-                if turn.dia_id == dia_id:
-                    return turn
-        return None
-
-    @property
-    def num_turns(self) -> int:
-        return sum(len(s.turns) for s in self.sessions)
-
-
-@dataclass(frozen=True)
-class PairRecord:
-    """A turn-pair ready for the memory store, with the dataset turns it was built from."""
-
-    pair: TurnPair
-    dia_ids: tuple[str, ...]
 
 
 def parse_locomo_date(text: str) -> int:

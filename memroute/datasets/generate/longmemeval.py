@@ -18,6 +18,9 @@ About 6% are abstention questions (id ending ``_abs``): they ask about something
 only comes near ("which hotel did I stay at in Porto?" when the user only told of Lisbon); their
 answer says the information is not enough, and ``answer_session_ids`` names the near-miss
 sessions. Planted turns carry ``has_answer: true``. Output is deterministic for a seed.
+
+Word lists and sentence templates are data (``data/longmemeval.json``); the functions drawing
+their values are code (:mod:`.longmemeval_values`).
 """
 
 from __future__ import annotations
@@ -31,25 +34,25 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memroute.errors import InvalidRequest
-from memroute.eval.datasets.longmemeval import QUESTION_TYPES
-from memroute.eval.longmemeval_templates import (
-    EVENTS,
+from memroute.datasets.generate.longmemeval_values import (
     CLOSERS,
+    EVENTS,
     FOLLOW_UPS,
     KNOWLEDGE_UPDATE,
     MULTI_SESSION,
-    NOT_ENOUGH,
     OPENERS,
     PREFERENCE,
     SINGLE_ASSISTANT,
     SINGLE_USER,
+    TEMPORAL,
     TOPICS,
     Event,
     Fact,
     Tally,
     filler_slots,
 )
+from memroute.datasets.longmemeval import QUESTION_TYPES
+from memroute.errors import InvalidRequest
 
 # Question counts per type in LongMemEval (500 questions), abstention included.
 REAL_COUNTS: dict[str, int] = {
@@ -209,15 +212,15 @@ def _temporal(g: _Gen, n: int, dates: list[datetime], qdate: datetime, abstain: 
     if abstain:  # C never happens in the haystack
         s = g.rng.randrange(n)
         plan = _Plan(
-            f"How many days passed between the day I {a.phrase} and the day I {c.phrase}?",
-            f"{NOT_ENOUGH} You mentioned {a.noun}, but not {c.noun}.",
+            TEMPORAL["abs_question"].format(a=a.phrase, c=c.phrase),
+            TEMPORAL["abs_answer"].format(a=a.noun, c=c.noun),
         )
         plan.planted.append((s, *_event_texts(g, a), "user"))
         return plan
     if form == "ago":
         s = g.rng.randrange(n)
         days = (qdate.date() - dates[s].date()).days
-        plan = _Plan(f"How many days have passed since the day I {a.phrase}?", f"{days} days")
+        plan = _Plan(TEMPORAL["ago_question"].format(a=a.phrase), TEMPORAL["days_answer"].format(days=days))
         plan.planted.append((s, *_event_texts(g, a), "user"))
         return plan
     s1, s2 = sorted(g.rng.sample(range(n), 2))  # a happens first
@@ -225,12 +228,11 @@ def _temporal(g: _Gen, n: int, dates: list[datetime], qdate: datetime, abstain: 
     if form == "between":
         days = (dates[s2].date() - dates[s1].date()).days
         plan = _Plan(
-            f"How many days passed between the day I {first.phrase} and the day I "
-            f"{second.phrase}?",
-            f"{days} days",
+            TEMPORAL["between_question"].format(first=first.phrase, second=second.phrase),
+            TEMPORAL["days_answer"].format(days=days),
         )
     else:
-        plan = _Plan(f"Which happened first, {first.noun} or {second.noun}?", a.noun)
+        plan = _Plan(TEMPORAL["first_question"].format(first=first.noun, second=second.noun), a.noun)
     plan.planted.append((s1, *_event_texts(g, a), "user"))
     plan.planted.append((s2, *_event_texts(g, b), "user"))
     return plan

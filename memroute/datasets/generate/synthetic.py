@@ -18,8 +18,10 @@ correction  2         a value stated early and changed later; the answer is the 
                       ``stale_answer`` keeps the old one, evidence = [new turn, old turn]
 ==========  ========  =====================================================================
 
-QA records carry the extra keys ``fact_type`` (and ``stale_answer`` for corrections), which
-:func:`memroute.eval.datasets.load_locomo` reads. Output is deterministic for a seed.
+Word lists and sentence templates are data (``data/synthetic.json``); the functions drawing a
+variant's values (:data:`VALUES`, by the variant's key) are code. QA records carry the extra keys
+``fact_type`` (and ``stale_answer`` for corrections), which :func:`memroute.datasets.load_locomo`
+reads. Output is deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -33,25 +35,129 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memroute.datasets.generate._data import load
 from memroute.errors import InvalidRequest
-from memroute.eval.synthetic_templates import (
-    CLOSINGS,
-    FILLER,
-    FIRST_NAMES,
-    FOODS,
-    GREETINGS,
-    HOBBIES,
-    POOLS,
-    SHOWS,
-    VARIANTS,
-    WEEKDAYS,
-    Variant,
-    fmt_date,
-    fmt_session,
-)
+
+_DATA = load("synthetic")
+_MONTHS: tuple[str, ...] = _DATA["months"]
+FIRST_NAMES: tuple[str, ...] = _DATA["first_names"]
+POOLS: dict[str, tuple[str, ...]] = _DATA["pools"]
+BREEDS: tuple[str, ...] = _DATA["breeds"]
+FOODS: tuple[str, ...] = _DATA["foods"]
+HOBBIES: tuple[str, ...] = _DATA["hobbies"]
+SHOWS: tuple[str, ...] = _DATA["shows"]
+WEEKDAYS: tuple[str, ...] = _DATA["weekdays"]
+# Small talk around the facts; several touch the same topics as the facts (pets, trips, budgets,
+# errors, dates) so the planted turn is not the only one a probe's keywords match.
+FILLER: tuple[tuple[str, str], ...] = _DATA["filler"]
+GREETINGS: tuple[tuple[str, str], ...] = _DATA["greetings"]
+CLOSINGS: tuple[tuple[str, str], ...] = _DATA["closings"]
+
+
+# Date and time formats, shared by the fact templates and the LoCoMo session headers.
+def fmt_date(d: datetime) -> str:
+    return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"
+
+
+def fmt_time(h: int, m: int) -> str:
+    return f"{(h - 1) % 12 + 1}:{m:02d} {'am' if h < 12 else 'pm'}"
+
+
+def fmt_session(d: datetime) -> str:
+    """LoCoMo's style: ``"2:15 pm on 3 March, 2024"``."""
+    return f"{fmt_time(d.hour, d.minute)} on {d.day} {_MONTHS[d.month - 1]}, {d.year}"
+
+
+# Value makers for the variants' ``values`` callables (numbers and codes in a fixed format).
+def _code(rng: random.Random) -> str:
+    letters = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+    return f"{rng.choice(letters)}{rng.choice(letters)}-{rng.randint(1000, 9999)}"
+
+
+def _apartment(rng: random.Random) -> str:
+    return f"{rng.randint(2, 19)}{rng.randint(1, 24):02d}"  # floor + unit
+
+
+def _budget(rng: random.Random) -> str:
+    return f"${rng.randint(12, 48)},{rng.choice(('000', '500'))}"
+
+
+def _clock(rng: random.Random) -> str:
+    return fmt_time(rng.randint(8, 16), rng.choice((0, 15, 30, 45)))
+
+
+def _vendor_pair(d: _Draw, suffix: str) -> dict[str, str]:
+    chosen, other = d.pick("vendor"), d.pick_distractor("vendor")
+    return {"value": f"{chosen}{suffix}", "other": f"{other}{suffix}"}
+
+
+Values = Callable[["_Draw", int], dict[str, str]]  # (draw, epoch of the planted session)
+
+# The values of each variant (by its key in the data file), drawn when the fact is planted.
+VALUES: dict[str, Values] = {
+    # ---- name
+    "dog": lambda d, t: {"value": d.pick("pet"), "breed": d.rng.choice(BREEDS)},
+    "cat": lambda d, t: {"value": d.pick("pet")},
+    "manager": lambda d, t: {"value": f"{d.pick('person')} {d.pick('surname')}"},
+    "niece": lambda d, t: {"value": d.pick("person")},
+    # ---- number
+    "apartment": lambda d, t: {"value": d.fresh("number", _apartment)},
+    "budget": lambda d, t: {"value": d.fresh("budget", _budget)},
+    "locker": lambda d, t: {"value": d.fresh("number", lambda r: str(r.randint(100, 899)))},
+    "guests": lambda d, t: {"value": d.fresh("number", lambda r: str(r.randint(23, 95)))},
+    # ---- date
+    "flight": lambda d, t: {"value": d.later_date(t, 10, 70), "city": d.pick("city")},
+    "dentist": lambda d, t: {"value": d.later_date(t, 7, 40)},
+    "wedding": lambda d, t: {"value": d.later_date(t, 30, 120), "cousin": d.pick("person")},
+    "lease": lambda d, t: {"value": d.later_date(t, 40, 150)},
+    # ---- decision
+    "caterer": lambda d, t: _vendor_pair(d, " Catering"),
+    "movers": lambda d, t: _vendor_pair(d, " Movers"),
+    "crm": lambda d, t: _vendor_pair(d, " CRM"),
+    # ---- code
+    "order": lambda d, t: {"value": d.fresh("code", _code)},
+    "error": lambda d, t: {"value": d.fresh("code", _code)},
+    "booking": lambda d, t: {"value": d.fresh("code", _code)},
+    # ---- negative
+    "coffee": lambda d, t: {},
+    "meat": lambda d, t: {},
+    "car": lambda d, t: {},
+    "smoke": lambda d, t: {},
+    # ---- correction (answer = new value; stale_answer = old value)
+    "city": lambda d, t: {"old": d.pick("city"), "value": d.pick("city")},
+    "standup": lambda d, t: {"old": d.fresh("clock", _clock), "value": d.fresh("clock", _clock)},
+    "team": lambda d, t: {"old": d.pick("team"), "value": d.pick("team")},
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way a fact is planted: its statement, the assistant's restatement and probe questions."""
+
+    fact_type: str
+    key: str
+    values: Values
+    user: tuple[str, ...]
+    assistant: tuple[str, ...]
+    questions: tuple[str, ...]
+    answer: str = "{value}"
+    # corrections only: the first statement of the (later superseded) value, in {old}
+    user_old: tuple[str, ...] = field(default=())
+    assistant_old: tuple[str, ...] = field(default=())
+
+
+def _variants(raw: tuple[dict[str, Any], ...]) -> tuple[Variant, ...]:
+    keys = [v["key"] for v in raw]
+    if sorted(keys) != sorted(VALUES) or len(set(keys)) != len(keys):
+        raise RuntimeError(f"synthetic.json variants {keys} do not match VALUES {sorted(VALUES)}")
+    return tuple(Variant(values=VALUES[v["key"]], **v) for v in raw)
+
+
+VARIANTS: tuple[Variant, ...] = _variants(_DATA["variants"])
+
 
 ASSISTANT = "Assistant"
-# synthetic_templates' value pools hold enough distinct values for this many users
+# the data file's value pools hold enough distinct values for this many users
 MAX_USERS = 12
 FACT_TYPES = ("name", "number", "date", "decision", "code", "negative", "correction")
 CATEGORY_BY_TYPE = {t: 2 if t in ("date", "correction") else 4 for t in FACT_TYPES}
