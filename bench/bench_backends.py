@@ -34,7 +34,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from machine import machine_info  # noqa: E402  (bench/machine.py, beside this script)
-from memroute.llm.assets import AssetStore  # noqa: E402
+from memroute.assets.store import AssetStore  # noqa: E402
 from memroute.types import Message  # noqa: E402
 
 QWEN = ["qwen2.5-0.5b", "qwen2.5-1.5b"]

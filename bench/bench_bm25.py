@@ -3,7 +3,7 @@
     python bench/bench_bm25.py [--sizes 1000 10000] [--queries 200]
                                [--locomo PATH/locomo10.json --sample conv-26]
 
-Both libraries get the same tokens (memroute.retrieval.tokenize, bigrams on). Variants:
+Both libraries get the same tokens (memroute.text.tokenize, bigrams on). Variants:
   okapi     rank_bm25.BM25Okapi: idf log((N-df+.5)/(df+.5)), negative idf -> 0.25 x mean idf
   robertson bm25s method="robertson": same idf floored at 0, tf part without (k1+1)
   lucene    bm25s method="lucene": idf log(1 + (N-df+.5)/(df+.5)) (always > 0)
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memroute.retrieval.tokenize import tokenize
+from memroute.text.tokenize import tokenize
 
 K1, B, NGRAM = 1.5, 0.75, 2
 

@@ -3,7 +3,7 @@
     python bench/bench_retrieval_latency.py [--users 100] [--per-user 1000] [--queries 300]
                                             [--questions-per-user 3] [--db PATH] [--seed 0]
 
-Data: seeded LongMemEval-format haystacks (memroute.eval.longmemeval_synth); each user holds
+Data: seeded LongMemEval-format haystacks (memroute.datasets.generate.longmemeval); each user holds
 ``--questions-per-user`` question haystacks (~per-user turn-pairs in all), so every question has
 gold turn-pairs among that user's memories (abstention questions are dropped). Everything goes
 into one Milvus Lite file created with memory.bm25_function=true (so Milvus' BM25 and the
@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,10 +48,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402
 
-from memroute.config import EmbedderConfig  # noqa: E402
+from memroute import build  # noqa: E402
+from memroute.config import AssetsConfig, EmbedderConfig  # noqa: E402
 from memroute.config.schema import MemoryConfig, RetrievalConfig  # noqa: E402
-from memroute.eval.retrieval_eval import RetrievalCase, score_case  # noqa: E402
+from memroute.datasets.records import RetrievalCase  # noqa: E402
+from memroute.eval.retrieval_eval import score_case  # noqa: E402
 from memroute.types import RetrievalHit, TurnPair  # noqa: E402
+
+if TYPE_CHECKING:
+    from memroute.retrieval.retriever import HybridRetriever
 
 PAIRS_PER_SESSION = 7  # turns_per_session (12, 16) -> 6-8 pairs
 
@@ -60,8 +66,8 @@ def build_dataset(
     users: int, per_user: int, questions_per_user: int, seed: int, work: Path
 ) -> tuple[list[TurnPair], list[RetrievalCase]]:
     """``users`` users, each the merged haystacks of ``questions_per_user`` generated questions."""
-    from memroute.eval.datasets.longmemeval import gold_pair_ids, lme_turn_pairs, load_longmemeval
-    from memroute.eval.longmemeval_synth import generate_longmemeval, write_json
+    from memroute.datasets import load_longmemeval, longmemeval_cases
+    from memroute.datasets.generate.longmemeval import generate_longmemeval, write_json
 
     per_question = max(2 * PAIRS_PER_SESSION, per_user // questions_per_user)
     sessions = max(2, round(per_question / PAIRS_PER_SESSION))
@@ -72,18 +78,7 @@ def build_dataset(
         seed=seed,
     )
     questions = load_longmemeval(write_json(raw, work / "questions.json"))
-    pairs: list[TurnPair] = []
-    cases: list[RetrievalCase] = []
-    for i, q in enumerate(questions):
-        user = f"user-{i // questions_per_user:04d}"
-        records = lme_turn_pairs(q, user_id=user)
-        pairs.extend(r.pair for r in records)
-        gold = gold_pair_ids(q, records)
-        if q.is_abstention or not gold:
-            continue
-        by_id = {r.pair.id: r.pair.session_id for r in records}
-        sessions_of_gold = tuple(dict.fromkeys(by_id[g] for g in gold))
-        cases.append(RetrievalCase(user, q.question, q.question_type, gold, sessions_of_gold))
+    pairs, cases = longmemeval_cases(questions, user_of=lambda i, q: f"user-{i // questions_per_user:04d}")
     if len({p.id for p in pairs}) != len(pairs):
         raise SystemExit("duplicate turn-pair ids across merged haystacks; change --seed")
     return pairs, cases
@@ -163,10 +158,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="Milvus Lite file to keep and reuse (default: a temporary one)")
     args = ap.parse_args(argv)
 
-    from memroute.embedding import build_encoder
-    from memroute.llm.assets import AssetStore
-    from memroute.memory import MilvusMemoryStore
-
     info = machine_info(("torch", "pymilvus", "milvus-lite", "bm25s", "sentence-transformers"))
     print("machine:", ", ".join(f"{k}={v}" for k, v in info.items()))
     tmp = Path(tempfile.mkdtemp(prefix="bench_retrieval_"))
@@ -181,8 +172,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"({len(pairs) / n_users:.0f} per user), {len(cases)} questions with gold "
               f"(generated in {time.perf_counter() - t:.1f}s)")
 
-        encoder = build_encoder(EmbedderConfig(), AssetStore())
-        store = MilvusMemoryStore(
+        encoder = build.encoder(EmbedderConfig(), build.asset_store(AssetsConfig()))
+        store = build.store(
             MemoryConfig(uri=str(db), collection="bench_turns", bm25_function=True), encoder.dim
         )
         if store.count() < len(pairs):  # (write-then-query rounds add a few rows)
@@ -237,7 +228,6 @@ class Bench:
         self, args, store, lookup: LookupEncoder, n_users: int
     ) -> None:
         from memroute.retrieval.bm25 import BM25Cache
-        from memroute.retrieval.retriever import HybridRetriever
 
         self.args, self.store, self.lookup = args, store, lookup
         self.base = RetrievalConfig(
@@ -256,7 +246,7 @@ class Bench:
         def method(name: str, **changes: object) -> Method:
             cfg = replace(self.base, **changes)  # type: ignore[arg-type]
             cache = self.cache_plain if (cfg.ngram, cfg.stem) != (self.base.ngram, self.base.stem) else self.cache
-            r = self.retrievers[name] = HybridRetriever(lookup, store, cfg, bm25_cache=cache)
+            r = self.retrievers[name] = build.retriever(lookup, store, cfg, bm25_cache=cache)
             return Method(name, lambda c: r.retrieve(c.user_id, c.query),
                           cfg.strategy != "bm25", [], [], [])
 
@@ -298,12 +288,10 @@ def write_then_query(  # type: ignore[no-untyped-def]
 ) -> None:
     """A chat turn stores its answer, then the same user asks again: the in-process index of that
     user is invalidated by the write and rebuilt on the query; Milvus sees the unflushed row."""
-    from memroute.retrieval.retriever import HybridRetriever
-
     names = ["dense", "hybrid-inprocess", "hybrid-milvus", "builtin-hybrid"]
     methods = {m.name: m for m in bench.methods if m.name in names}
     # Writes through a retriever sharing the in-process cache, as the router's remember() does.
-    writer = HybridRetriever(encoder, bench.store, bench.base, bm25_cache=bench.cache)
+    writer = build.retriever(encoder, bench.store, bench.base, bm25_cache=bench.cache)
     probe = "Lanterna bistro"
     bench.lookup.add(probe, encoder.encode([probe])[0])
     one_per_user = list({c.user_id: c for c in cases}.values())[:rounds]

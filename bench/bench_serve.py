@@ -78,7 +78,7 @@ def free_port() -> int:
 def config(preset: str, work: Path, tag: str, port: int = 8000):
     from dataclasses import replace
 
-    from jobs.serve import compose_serve_config
+    from memroute.config.compose import compose_serve_config
 
     cfg = compose_serve_config(preset, [
         f"journal.path={work / tag / 'journal.sqlite3'}", f"memory.uri={work / tag / 'milvus.db'}",
@@ -88,14 +88,13 @@ def config(preset: str, work: Path, tag: str, port: int = 8000):
 
 
 def in_process(preset: str, work: Path, users: int, per_user: int) -> dict[str, Any]:
-    from memroute.config.serve import ordered_tiers
-    from memroute.llm.assets import AssetStore
-    from memroute.llm.factory import build_backend
+    from memroute import build
+    from memroute.config.schema import ordered_cascade
     from memroute.serving.core import ServingCore
 
     cfg = config(preset, work, "inproc")
-    assets = AssetStore(cfg.assets.cache_dir, pip=cfg.assets.pip)
-    backends = [build_backend(t.model, assets) for t in ordered_tiers(cfg)]
+    assets = build.asset_store(cfg.assets)
+    backends = [build.backend(m, assets) for m in ordered_cascade(cfg.cascade)]
     core = ServingCore(cfg, backends)
     try:
         def one(user: str, q: str) -> None:

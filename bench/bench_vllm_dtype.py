@@ -21,7 +21,7 @@ from machine import machine_info  # noqa: E402
 
 
 def measure(model: str, dtype: str) -> dict[str, float]:
-    from memroute.llm.assets import AssetStore
+    from memroute.assets.store import AssetStore
     from memroute.llm.vllm_backend import apply_cpu_env_defaults
 
     apply_cpu_env_defaults()

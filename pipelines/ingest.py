@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from memroute import build
 from memroute.config import AssetsConfig, EmbedderConfig, IngestConfig, MemoryConfig
 from memroute.errors import AssetError, ConfigError
 from memroute.ingest import (
@@ -75,15 +76,12 @@ class EmbedBatch:
         torch_threads: int,
         keep_columns: bool = True,
     ) -> None:
-        from memroute.embedding import build_encoder
-        from memroute.llm.assets import AssetStore
-
         # num_threads sets torch's (process-wide) pool: one actor process, one thread budget;
         # the Rust tokenizer would otherwise add a thread per core to every actor.
         if torch_threads == 1:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         cfg = replace(embedder, num_threads=torch_threads)
-        self.encoder = build_encoder(cfg, AssetStore(assets.cache_dir, pip=assets.pip))
+        self.encoder = build.encoder(cfg, build.asset_store(assets))
         if self.encoder.dim != dim:
             raise AssetError(
                 f"the encoder {self.encoder.name!r} produces {self.encoder.dim}-dim vectors but "
@@ -107,9 +105,7 @@ class WriteBatch:
     returns one row of counts per batch it wrote."""
 
     def __init__(self, memory: MemoryConfig, dim: int, batch_size: int) -> None:
-        from memroute.memory import MilvusMemoryStore
-
-        self.store = MilvusMemoryStore(memory, dim)
+        self.store = build.store(memory, dim)
         self.batch_size = batch_size
 
     def __call__(self, batch: Batch) -> Batch:
@@ -144,14 +140,12 @@ def ingest_pairs(
     exist yet (a new Milvus Lite file) holds nothing to skip: the plan only drops repeats, and
     the store is created in a thread while the actors start instead of before them.
     """
-    from memroute.memory import MilvusMemoryStore
-
     check_ingest_config(cfg)
     started = time.perf_counter()
     dim = embedding_dim(cfg.embedder, model_folder(cfg.embedder, cfg.assets.cache_dir))
     lookups = cfg.skip_existing and not store_is_new(cfg.memory.uri)
     with ExitStack() as stack:
-        store = stack.enter_context(MilvusMemoryStore(cfg.memory, dim)) if lookups else None
+        store = stack.enter_context(build.store(cfg.memory, dim)) if lookups else None
         plan = plan_ingest(pairs, store.existing_ids if store is not None else None)
         log.info(
             "ingest plan: %d read, %d new, %d already stored, %d duplicates, %d users",
@@ -166,7 +160,7 @@ def ingest_pairs(
             opening: Future = Future()
             if store is None:  # nothing to look up: the store is created while actors start
                 pool = stack.enter_context(ThreadPoolExecutor(1))
-                opening = pool.submit(MilvusMemoryStore, cfg.memory, dim)
+                opening = pool.submit(build.store, cfg.memory, dim)
                 stack.callback(_close_when_opened, opening)
             else:
                 opening.set_result(store)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.serve import Application
 
-from memroute.config.serve import ServeConfig, check_serve_config, ordered_tiers, with_absolute_paths
+from memroute.config.serve import ServeConfig, check_serve_config, served_tiers, with_absolute_paths
 from serve.ingress import RouterIngress
 from serve.tier import TierDeployment
 
@@ -27,15 +27,16 @@ def build_app(args: ServeConfig | dict[str, Any] | None = None) -> Application:
     cfg = args if isinstance(args, ServeConfig) else _from_args(args or {})
     cfg = with_absolute_paths(check_serve_config(cfg))
     tiers = []
-    for i, tier in enumerate(ordered_tiers(cfg)):
+    for tier in served_tiers(cfg):
+        d = tier.deploy
         deployment = TierDeployment.options(
-            name=f"tier{i}-{tier.model.name}",
-            autoscaling_config=tier.autoscaling.to_ray(),
-            max_ongoing_requests=tier.max_ongoing_requests,
-            ray_actor_options={"num_cpus": tier.num_cpus, "num_gpus": tier.num_gpus},
+            name=f"tier{tier.index}-{tier.model.name}",
+            autoscaling_config=d.autoscaling.to_ray(),
+            max_ongoing_requests=d.max_ongoing_requests,
+            ray_actor_options={"num_cpus": d.num_cpus, "num_gpus": d.num_gpus},
             logging_config=_LOGGING,
         )
-        tiers.append(deployment.bind(tier.model, cfg.assets, tier.max_batch_size, tier.batch_wait_timeout_s))
+        tiers.append(deployment.bind(tier.model, cfg.assets, d.max_batch_size, d.batch_wait_timeout_s))
     ingress = RouterIngress.options(
         name="router",
         autoscaling_config=cfg.ingress.autoscaling.to_ray(),
@@ -47,7 +48,7 @@ def build_app(args: ServeConfig | dict[str, Any] | None = None) -> Application:
 
 
 def _from_args(args: dict[str, Any]) -> ServeConfig:
-    from jobs.serve import compose_serve_config  # Hydra stays in jobs/
+    from memroute.config.compose import compose_serve_config
 
     args = dict(args)
     preset = str(args.pop("preset", "cpu"))

@@ -35,12 +35,11 @@ class TierDeployment:
     def __init__(
         self, model: ModelConfig, assets: AssetsConfig, max_batch_size: int, batch_wait_timeout_s: float
     ) -> None:
-        from memroute.llm.assets import AssetStore
-        from memroute.llm.factory import build_backend
+        from memroute import build
         from memroute.logs import quiet_third_party_logs
 
         quiet_third_party_logs()
-        self.backend = build_backend(model, AssetStore(assets.cache_dir, pip=assets.pip))
+        self.backend = build.backend(model, build.asset_store(assets))
         self._engine_lock = threading.Lock()  # one engine batch at a time per replica
         self.generate_batch.set_max_batch_size(max_batch_size)
         self.generate_batch.set_batch_wait_timeout_s(batch_wait_timeout_s)

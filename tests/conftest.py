@@ -15,7 +15,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 @pytest.fixture(scope="session")
 def assets():
-    from memroute.llm.assets import AssetStore
+    from memroute.assets.store import AssetStore
 
     return AssetStore()
 

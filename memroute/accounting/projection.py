@@ -19,10 +19,11 @@ included (they are paid for). Monthly USD = queries per month x USD per query.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Mapping
 
 import polars as pl
+
+from memroute.config.cost_report import PriceSheet
 
 STRATEGIES = ("all_large", "all_small", "compound")
 STRATEGY_OF: dict[str, tuple[str, str]] = {
@@ -34,23 +35,6 @@ STRATEGY_OF: dict[str, tuple[str, str]] = {
     "warm_compound": ("compound", "warm"),
 }
 DEFAULT_VOLUMES: dict[str, int] = {"personal": 7_000, "enterprise": 3_000_000}
-
-
-@dataclass
-class TierPrice:
-    usd_per_m_input: float = 0.0
-    usd_per_m_output: float = 0.0
-
-    def usd(self, input_tokens: float, output_tokens: float) -> float:
-        return (input_tokens * self.usd_per_m_input + output_tokens * self.usd_per_m_output) / 1e6
-
-
-@dataclass
-class PriceSheet:
-    """USD per million tokens for the two roles (defaults: a Qwen3-8B / Qwen3-235B class pair)."""
-
-    small: TierPrice = field(default_factory=lambda: TierPrice(0.15, 0.60))
-    large: TierPrice = field(default_factory=lambda: TierPrice(2.50, 10.00))
 
 
 def tokens_per_query(df: pl.DataFrame) -> pl.DataFrame:

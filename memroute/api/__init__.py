@@ -4,14 +4,13 @@
   the field).
 - :mod:`~memroute.api.responses`: ``chat.completion`` bodies, SSE chunks, ``x-memroute-*`` headers,
   OpenAI error bodies, ``/v1/models``.
-- :mod:`~memroute.api.tenancy`: API keys -> tenants; ``namespace(tenant, user)`` -> store user id.
+- :mod:`~memroute.api.tenancy`: API keys -> tenants (the namespace itself: :mod:`memroute.namespace`).
 - :mod:`~memroute.api.metrics`: Prometheus collectors on a caller-owned registry.
 - :mod:`~memroute.api.handler`: ``ChatApi`` ties them together for a thin server.
 """
 
 from __future__ import annotations
 
-from memroute.api.config import ApiConfig, ApiLimits, check_api_config
 from memroute.api.handler import ApiResponse, ChatApi, PreparedChat
 from memroute.api.metrics import ApiMetrics, render
 from memroute.api.responses import (
@@ -22,27 +21,21 @@ from memroute.api.responses import (
     stream_chunks,
 )
 from memroute.api.schema import ChatRequest, check_body_size, parse_chat_request
-from memroute.api.tenancy import ApiKeys, namespace, split_namespace, tenant_of
+from memroute.api.tenancy import ApiKeys
 
 __all__ = [
-    "ApiConfig",
     "ApiKeys",
-    "ApiLimits",
     "ApiMetrics",
     "ApiResponse",
     "ChatApi",
     "ChatRequest",
     "PreparedChat",
     "chat_completion",
-    "check_api_config",
     "check_body_size",
     "error_body",
     "memroute_headers",
     "models_list",
-    "namespace",
     "parse_chat_request",
     "render",
-    "split_namespace",
     "stream_chunks",
-    "tenant_of",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from memroute.api.config import ApiLimits
+from memroute.config.api import ApiLimits
 from memroute.errors import InvalidRequest, NotFound, PayloadTooLarge
 from memroute.types import Message
 

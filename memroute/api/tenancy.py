@@ -1,78 +1,17 @@
-"""API keys -> tenants, and the memory namespace of a request: (tenant, user) -> store user id.
-
-Why a tenant can never reach another tenant's memories, whatever ``user`` it sends:
-
-1. The tenant comes only from the API key (:meth:`ApiKeys.authenticate`); nothing in the body
-   can choose it. Tenant names are validated when the keys are loaded and cannot contain ``:``.
-2. :func:`namespace` always returns ``f"{tenant}:{rest}"``. Since the tenant has no ``:``, the
-   text before the first ``:`` of any namespace *is* its tenant, so ids of different tenants
-   differ in that prefix and the store's exact ``user_id ==`` filter keeps them apart.
-3. ``rest`` is the user verbatim when it is a plain user id (the ``validate_user_id`` alphabet)
-   that fits; any other string (``/``, spaces, unicode, too long, or starting with the reserved
-   ``sha256.`` prefix) becomes ``sha256.`` + base64url(SHA-256(user)). Verbatim parts never
-   start with ``sha256.`` and hashed parts always do, so the two never meet; two different
-   hashed users would need a SHA-256 collision. Hence distinct (tenant, user) pairs never share
-   a namespace, and the result always passes :func:`memroute.types.validate_user_id`.
-
-The verbatim form is exactly :func:`memroute.journal.namespaced_user_id`, so the journal, the
-store and the API agree on ``acme:alice``.
-"""
+"""API keys -> tenants. The key table is the only source of a request's tenant; the memory
+namespace built from (tenant, user) is :mod:`memroute.namespace`."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from memroute.api.config import ApiConfig
+from memroute.config.api import ApiConfig
 from memroute.errors import ConfigError, InvalidRequest, Unauthorized
-from memroute.journal.namespace import SEPARATOR, namespaced_user_id, validate_tenant
-from memroute.types import USER_ID_RE, validate_user_id
-
-HASH_PREFIX = "sha256."
-_MAX_ID = 128  # validate_user_id's limit for the whole namespace
-
-
-def namespace(tenant: str, user: str) -> str:
-    """The store user id of ``user`` within ``tenant`` (see the module doc for the proof sketch)."""
-    validate_tenant(tenant)
-    if not isinstance(user, str) or not user:
-        raise InvalidRequest("user must be a non-empty string", field="user")
-    plain = (
-        USER_ID_RE.fullmatch(user) is not None
-        and not user.startswith(HASH_PREFIX)
-        and len(tenant) + len(SEPARATOR) + len(user) <= _MAX_ID
-    )
-    if plain:
-        return namespaced_user_id(tenant, user)
-    digest = hashlib.sha256(user.encode("utf-8", "surrogatepass")).digest()
-    # 43 characters of [A-Za-z0-9_-]
-    token = base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
-    # tenant <= 64 + ':' + 7 + 43 = 115 <= 128, and every character is in the user-id alphabet.
-    return validate_user_id(f"{tenant}{SEPARATOR}{HASH_PREFIX}{token}", field_name="user")
-
-
-def split_namespace(user_id: str) -> tuple[str, str | None]:
-    """``"acme:alice"`` -> ``("acme", "alice")``; a hashed user gives ``("acme", None)``."""
-    validate_user_id(user_id)
-    tenant, sep, rest = user_id.partition(SEPARATOR)
-    if not sep or not rest:
-        raise InvalidRequest(
-            f"user_id {user_id[:40]!r} has no tenant part (expected tenant:user)", field="user_id"
-        )
-    validate_tenant(tenant, field_name="user_id")
-    if rest.startswith(HASH_PREFIX):
-        return tenant, None
-    validate_user_id(rest, field_name="user_id")
-    return tenant, rest
-
-
-def tenant_of(user_id: str) -> str:
-    """The tenant a namespace belongs to (what an authorization check compares)."""
-    return split_namespace(user_id)[0]
+from memroute.namespace import validate_tenant
 
 
 @dataclass(frozen=True)

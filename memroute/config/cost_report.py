@@ -5,8 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from memroute.accounting.projection import PriceSheet
 from memroute.config.schema import TrackingConfig
+
+
+@dataclass
+class TierPrice:
+    usd_per_m_input: float = 0.0
+    usd_per_m_output: float = 0.0
+
+    def usd(self, input_tokens: float, output_tokens: float) -> float:
+        return (input_tokens * self.usd_per_m_input + output_tokens * self.usd_per_m_output) / 1e6
+
+
+@dataclass
+class PriceSheet:
+    """USD per million tokens for the two roles (defaults: a Qwen3-8B / Qwen3-235B class pair)."""
+
+    small: TierPrice = field(default_factory=lambda: TierPrice(0.15, 0.60))
+    large: TierPrice = field(default_factory=lambda: TierPrice(2.50, 10.00))
 
 
 @dataclass

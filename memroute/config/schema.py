@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from memroute.errors import ConfigError
+
 
 @dataclass
 class AssetsConfig:
@@ -36,6 +38,16 @@ class MemoryConfig:
     num_partitions: int = 16  # partition-key buckets
     # Milvus' own BM25: analyzed text + a BM25 function into a sparse field (Milvus >= 2.5, Lite 3)
     bm25_function: bool = False
+
+
+# URI prefixes of a Milvus server; anything else is a Milvus Lite file path. The one test of it.
+SERVER_URI_PREFIXES = ("http://", "https://", "tcp://", "grpc://", "unix:")
+
+
+def is_server_uri(uri: str) -> bool:
+    """True for a Milvus server (``http://host:19530``, ``unix:/run/milvus.sock``), False for a
+    Milvus Lite file (``.memroute/milvus.db``)."""
+    return uri.startswith(SERVER_URI_PREFIXES)
 
 
 @dataclass
@@ -75,8 +87,8 @@ class RetrievalConfig:
 @dataclass
 class ModelConfig:
     name: str = "qwen2.5-0.5b"
-    engine: str = "vllm"  # vllm | transformers | openai_http
-    asset: Optional[str] = None  # named offline asset (memroute.llm.assets)
+    engine: str = "vllm"  # vllm | transformers | openai_http | mock
+    asset: Optional[str] = None  # named offline asset (memroute.assets.store)
     path: Optional[str] = None  # explicit model folder / HF id on a machine that has it
     params_b: float = 0.5  # parameters in billions: EffCost's P
     price_as_params_b: Optional[float] = None  # price measured tokens as another model's P
@@ -88,6 +100,20 @@ class ModelConfig:
     api_key_env: Optional[str] = None  # openai_http: env var holding the key
     served_model: Optional[str] = None  # openai_http: model name on the server
     engine_args: dict[str, Any] = field(default_factory=dict)  # passed to the engine as is
+
+
+def ordered_cascade(cascade: dict[str, ModelConfig], *, field: str = "cascade") -> list[ModelConfig]:
+    """Cascade slots "0", "1", ... in order, cheapest first; one definition for the benchmark, the
+    Serve app and the replay. Empty, non-numeric or gapped keys fail naming ``field``."""
+    if not cascade:
+        raise ConfigError(f"the cascade is empty: set model@{field}.0 (and .1, ...)", field=field)
+    try:
+        keys = sorted(cascade, key=int)
+    except ValueError:
+        raise ConfigError(f"{field} keys must be 0, 1, ...; got {sorted(cascade)}", field=field) from None
+    if [int(k) for k in keys] != list(range(len(keys))):
+        raise ConfigError(f"{field} keys must be 0..{len(keys) - 1} without gaps; got {keys}", field=field)
+    return [cascade[k] for k in keys]
 
 
 @dataclass

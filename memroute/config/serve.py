@@ -1,7 +1,9 @@
 """Typed configuration of the routed endpoint (``serve/``, ``python -m jobs.serve``).
 
-The cascade is ``tiers``, keyed "0", "1", ... cheapest first (as ``cascade`` in the benchmark), so
-a preset fills each slot from the model group: ``model@tiers.0.model: smollm2-135m``.
+The cascade is the benchmark's: ``cascade``, keyed "0", "1", ... cheapest first, each slot a
+``ModelConfig`` filled from the model group (``model@cascade.0: smollm2-135m``). How each tier is
+hosted (replica CPUs/GPUs, autoscaling, batching) is ``deploy``, keyed the same way; a slot with
+no ``deploy`` entry gets the defaults.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memroute.api.config import ApiConfig, check_api_config
+from memroute.config.api import ApiConfig, check_api_config
 from memroute.config.schema import (
     AssetsConfig,
     EmbedderConfig,
@@ -18,9 +20,11 @@ from memroute.config.schema import (
     RayConfig,
     RetrievalConfig,
     RouterConfig,
+    is_server_uri,
+    ordered_cascade,
 )
 from memroute.errors import ConfigError
-from memroute.journal.config import JournalConfig, check_journal_config
+from memroute.config.journal import JournalConfig, check_journal_config
 
 
 @dataclass
@@ -44,10 +48,9 @@ class AutoscalingConfig:
 
 
 @dataclass
-class TierServeConfig:
-    """One cascade tier: its model and the resources of each replica that hosts it."""
+class TierDeployConfig:
+    """How one cascade tier is hosted: the resources of each replica, autoscaling and batching."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
     num_cpus: float = 1.0
     num_gpus: float = 0.0  # fractional on a shared GPU (0.15 + 0.8 for an 8B and a 235B-AWQ)
     autoscaling: AutoscalingConfig = field(default_factory=AutoscalingConfig)
@@ -83,7 +86,8 @@ class ServeConfig:
     route_prefix: str = "/"
     http: HttpConfig = field(default_factory=HttpConfig)
     ingress: IngressConfig = field(default_factory=IngressConfig)
-    tiers: dict[str, TierServeConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
+    cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
+    deploy: dict[str, TierDeployConfig] = field(default_factory=dict)  # hosting of cascade slots
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
@@ -95,17 +99,26 @@ class ServeConfig:
     blocking: bool = True  # jobs.serve: keep serving until Ctrl-C (False: deploy and return)
 
 
-def ordered_tiers(cfg: ServeConfig) -> list[TierServeConfig]:
-    """Tier slots "0", "1", ... in order; a clear error if the cascade is empty or mis-keyed."""
-    if not cfg.tiers:
-        raise ConfigError("the cascade is empty: set model@tiers.0.model (and .1, ...)", field="tiers")
-    try:
-        keys = sorted(cfg.tiers, key=int)
-    except ValueError:
-        raise ConfigError(f"tier keys must be 0, 1, ...; got {sorted(cfg.tiers)}", field="tiers") from None
-    if [int(k) for k in keys] != list(range(len(keys))):
-        raise ConfigError(f"tier keys must be 0..{len(keys) - 1} without gaps; got {keys}", field="tiers")
-    return [cfg.tiers[k] for k in keys]
+@dataclass(frozen=True)
+class ServedTier:
+    """A cascade slot as the Serve app hosts it: the model and its deployment settings."""
+
+    index: int
+    model: ModelConfig
+    deploy: TierDeployConfig
+
+
+def served_tiers(cfg: ServeConfig) -> list[ServedTier]:
+    """The cascade in order, each model with its ``deploy`` entry (defaults where there is none)."""
+    models = ordered_cascade(cfg.cascade)
+    unknown = sorted(set(cfg.deploy) - {str(i) for i in range(len(models))})
+    if unknown:
+        raise ConfigError(
+            f"deploy.{unknown[0]} has no cascade slot (cascade has {len(models)} tiers: "
+            f"0..{len(models) - 1})",
+            field=f"deploy.{unknown[0]}",
+        )
+    return [ServedTier(i, m, cfg.deploy.get(str(i), TierDeployConfig())) for i, m in enumerate(models)]
 
 
 def with_absolute_paths(cfg: ServeConfig) -> ServeConfig:
@@ -113,8 +126,6 @@ def with_absolute_paths(cfg: ServeConfig) -> ServeConfig:
     Ray replicas do not share the driver's working directory."""
     from dataclasses import replace
     from pathlib import Path
-
-    from memroute.memory.milvus_store import is_server_uri
 
     def absolute(path: str) -> str:
         return str(Path(path).expanduser().resolve())
@@ -125,7 +136,7 @@ def with_absolute_paths(cfg: ServeConfig) -> ServeConfig:
 
 def check_serve_config(cfg: ServeConfig) -> ServeConfig:
     """Refuse configurations that cannot work, naming the field, before anything starts."""
-    tiers = ordered_tiers(cfg)
+    tiers = served_tiers(cfg)
     check_api_config(cfg.api)
     check_journal_config(cfg.journal)
     if cfg.http.host not in ("127.0.0.1", "localhost", "::1") and not cfg.http.allow_public_bind:
@@ -136,8 +147,6 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
         )
     if not 0 < cfg.http.port < 65536:
         raise ConfigError(f"http.port must be 1-65535, got {cfg.http.port}", field="http.port")
-    from memroute.memory.milvus_store import is_server_uri
-
     # Milvus Lite is a file one process may open: a single ingress replica is the only writer.
     if not is_server_uri(cfg.memory.uri) and cfg.ingress.autoscaling.max_replicas > 1:
         raise ConfigError(
@@ -145,12 +154,15 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
             "or point memory.uri at a Milvus server",
             field="ingress.autoscaling.max_replicas",
         )
-    for i, tier in enumerate(tiers):
-        _check_autoscaling(tier.autoscaling, f"tiers.{i}.autoscaling")
-        if tier.num_cpus < 0 or tier.num_gpus < 0:
-            raise ConfigError("num_cpus and num_gpus must be >= 0", field=f"tiers.{i}.num_cpus")
-        if tier.max_batch_size < 1:
-            raise ConfigError("max_batch_size must be >= 1", field=f"tiers.{i}.max_batch_size")
+    _check_local_path(cfg.embedder.path, "embedder.path")
+    for tier in tiers:
+        _check_local_path(tier.model.path, f"cascade.{tier.index}.path")
+        d, where = tier.deploy, f"deploy.{tier.index}"
+        _check_autoscaling(d.autoscaling, f"{where}.autoscaling")
+        if d.num_cpus < 0 or d.num_gpus < 0:
+            raise ConfigError("num_cpus and num_gpus must be >= 0", field=f"{where}.num_cpus")
+        if d.max_batch_size < 1:
+            raise ConfigError("max_batch_size must be >= 1", field=f"{where}.max_batch_size")
     _check_autoscaling(cfg.ingress.autoscaling, "ingress.autoscaling")
     if cfg.ingress.max_batch_size < 1:
         raise ConfigError("max_batch_size must be >= 1", field="ingress.max_batch_size")
@@ -165,3 +177,12 @@ def _check_autoscaling(a: AutoscalingConfig, field_name: str) -> None:
         )
     if a.target_ongoing_requests <= 0:
         raise ConfigError("target_ongoing_requests must be > 0", field=f"{field_name}.target_ongoing_requests")
+
+
+def _check_local_path(path: str | None, field_name: str) -> None:
+    """A model folder given as a filesystem path must exist before any replica tries to load it
+    (a bare ``org/name`` may be a hub id on a machine that has it, so only paths are checked)."""
+    from pathlib import Path
+
+    if path and path.startswith(("/", ".", "~")) and not Path(path).expanduser().exists():
+        raise ConfigError(f"{field_name} {path!r} does not exist", field=field_name)

@@ -9,7 +9,7 @@ from memroute.embedding.base import Encoder
 from memroute.embedding.sentence_transformer import SentenceTransformerEncoder
 
 if TYPE_CHECKING:
-    from memroute.llm.assets import AssetStore
+    from memroute.assets.store import AssetStore
 
 __all__ = ["Encoder", "SentenceTransformerEncoder", "build_encoder"]
 
@@ -20,7 +20,7 @@ def build_encoder(cfg: EmbedderConfig, assets: AssetStore | None = None) -> Enco
         path = cfg.path
     else:
         if assets is None:
-            from memroute.llm.assets import AssetStore
+            from memroute.assets.store import AssetStore
 
             assets = AssetStore()
         path = assets.path(cfg.name)

@@ -31,7 +31,7 @@ from memroute.eval.report import tables, to_markdown
 
 if TYPE_CHECKING:
     from memroute.config import TrackingConfig
-    from memroute.llm.assets import AssetStore
+    from memroute.assets.store import AssetStore
 
 METRICS_FILE = "metrics.json"
 # Columns the rescore recomputes; everything else in predictions.parquet is a saved input.

@@ -9,20 +9,12 @@ from pathlib import Path
 
 import polars as pl
 
-from memroute.config import DatasetConfig
+from memroute import build
 from memroute.config.retrieval_eval import RetrievalEvalConfig
-from memroute.errors import ConfigError
+from memroute.datasets.registry import dataset_cases
 from memroute.eval.report import new_run_dir, to_markdown
-from memroute.eval.retrieval_eval import (
-    RetrievalCase,
-    evaluate,
-    locomo_cases,
-    longmemeval_cases,
-    strategy_config,
-    summarize,
-)
+from memroute.eval.retrieval_eval import evaluate, strategy_config, summarize
 from memroute.tracking.mlflow_tracking import Tracker, flatten
-from memroute.types import TurnPair
 
 HEADLINE = ["turn_recall@1", "turn_recall@5", "turn_recall@10", "turn_recall_all@5", "turn_ndcg@10",
             "turn_mrr", "session_recall@5", "session_recall_any@5", "session_recall_all@5"]
@@ -37,52 +29,31 @@ class RetrievalEvalOutput:
     report: str
 
 
-def load_cases(cfg: DatasetConfig, work_dir: Path) -> tuple[list[TurnPair], list[RetrievalCase]]:
-    if cfg.name in ("synthetic", "locomo"):
-        from memroute.eval.load import load_conversations
-
-        return locomo_cases(load_conversations(cfg, work_dir))
-    if cfg.name == "longmemeval":
-        from memroute.eval.datasets import load_longmemeval
-        from memroute.ingest.sources import longmemeval_path
-
-        return longmemeval_cases(load_longmemeval(longmemeval_path(cfg, work_dir), limit=cfg.limit))
-    raise ConfigError(
-        f"retrieval evaluation needs gold evidence: dataset {cfg.name!r} has none. "
-        "Available: locomo, longmemeval, synthetic",
-        field="dataset.name",
-    )
-
-
 def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
-    from memroute.embedding import build_encoder
-    from memroute.llm.assets import AssetStore
-    from memroute.memory import MilvusMemoryStore
     from memroute.retrieval.bm25 import BM25Cache
-    from memroute.retrieval.retriever import HybridRetriever
 
     for name in cfg.strategies:
         strategy_config(cfg.retrieval, name)  # unknown names fail before any work
     started = time.time()
     run_dir = new_run_dir(cfg.output_dir)
-    pairs, cases = load_cases(cfg.dataset, run_dir)
+    pairs, cases = dataset_cases(cfg.dataset, run_dir)
     print(f"dataset {cfg.dataset.name}: {len({p.user_id for p in pairs})} users, {len(pairs)} turn-pairs, "
           f"{len(cases)} questions with gold evidence")
-    assets = AssetStore(cfg.assets.cache_dir, pip=cfg.assets.pip)
+    assets = build.asset_store(cfg.assets)
     rows: list[dict[str, object]] = []
     full_width: int | None = None
     for dim in cfg.dims:
         if dim is not None and full_width is not None and dim >= full_width:
             print(f"dim {dim}: not below the encoder's width {full_width}, skipped")
             continue
-        encoder = build_encoder(replace(cfg.embedder, dim=dim), assets)
+        encoder = build.encoder(replace(cfg.embedder, dim=dim), assets)
         full_width = full_width or getattr(encoder, "width", encoder.dim)
         label = "full" if dim is None else str(dim)
         # A fresh Lite file per width: vectors of different widths cannot share a collection.
         memory = replace(cfg.memory, uri=str(run_dir / f"milvus_{label}.db"))
-        store = MilvusMemoryStore(memory, encoder.dim)
+        store = build.store(memory, encoder.dim)
         try:
-            base = HybridRetriever(encoder, store, cfg.retrieval)
+            base = build.retriever(encoder, store, cfg.retrieval)
             t0 = time.time()
             base.remember(pairs)
             store.flush()
@@ -93,7 +64,7 @@ def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
             for name in cfg.strategies:
                 rc = strategy_config(cfg.retrieval, name)
                 key = (rc.bm25_k1, rc.bm25_b, rc.ngram, rc.stem)
-                retrievers[name] = HybridRetriever(encoder, store, rc, bm25_cache=caches.get(key))
+                retrievers[name] = build.retriever(encoder, store, rc, bm25_cache=caches.get(key))
                 caches.setdefault(key, retrievers[name].bm25)
             rows += evaluate(retrievers, cases, ks=cfg.ks, label={"dim": label})
         finally:

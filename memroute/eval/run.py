@@ -8,22 +8,21 @@ import platform
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
 import polars as pl
 
-from memroute.accounting.cost import Pricing
+from memroute import build
 from memroute.config import BenchmarkConfig, ModelConfig
-from memroute.errors import ConfigError
+from memroute.config.schema import is_server_uri, ordered_cascade
+from memroute.datasets.registry import dataset_conversations
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
 from memroute.eval.causes import CAUSES, WRONG_BELOW, add_causes
 from memroute.eval.conditions import CONDITIONS
-from memroute.eval.load import load_benchmark_set
 from memroute.eval.manifest import MANIFEST, build_manifest, write_manifest
 from memroute.eval.plots import all_plots
 from memroute.eval.report import calls_frame, new_run_dir, predictions_frame, tables, to_markdown
 from memroute.eval.rescore import METRICS_FILE, tables_json
-from memroute.routing.router import Tier
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
 log = logging.getLogger(__name__)
@@ -48,17 +47,6 @@ class BenchmarkOutput:
     causes: pl.DataFrame
 
 
-def ordered_cascade(cascade: dict[str, ModelConfig]) -> list[ModelConfig]:
-    """Cascade slots are keyed "0", "1", ...: cheapest first."""
-    if not cascade:
-        raise ConfigError("the cascade is empty: set model@cascade.0 (and .1, ...)", field="cascade")
-    try:
-        keys = sorted(cascade, key=int)
-    except ValueError:
-        raise ConfigError(f"cascade keys must be 0, 1, ...; got {sorted(cascade)}", field="cascade") from None
-    return [cascade[k] for k in keys]
-
-
 def needed_tiers(conditions: Sequence[str], n_tiers: int) -> set[int]:
     """Indexes of the cascade tiers the named conditions call (unknown names raise ConfigError)."""
     return {
@@ -67,57 +55,35 @@ def needed_tiers(conditions: Sequence[str], n_tiers: int) -> set[int]:
     }
 
 
-class UnusedBackend:
-    """Stands in for a tier no selected condition calls, so its model is never loaded."""
-
-    def __init__(self, model_id: str) -> None:
-        self.model_id = model_id
-
-    def _unused(self, *args: object, **kwargs: object) -> NoReturn:
-        raise RuntimeError(f"tier {self.model_id!r} was not loaded: no selected condition uses it")
-
-    generate = generate_many = count_tokens = count_text_tokens = _unused
-
-    def close(self) -> None:
-        pass
+def _say_ready(index: int, model: ModelConfig, seconds: float | None) -> None:
+    if seconds is None:
+        print(f"tier {index}: {model.name} not loaded (no selected condition uses it)")
+    else:
+        print(f"tier {index}: {model.name} ({model.engine}) ready in {seconds:.0f}s")
 
 
 def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOutput:
-    from memroute.embedding import build_encoder
-    from memroute.llm.assets import AssetStore
-    from memroute.llm.factory import build_backend
-    from memroute.memory import MilvusMemoryStore
-    from memroute.retrieval.retriever import HybridRetriever
-
     started = time.time()
     models = ordered_cascade(cfg.cascade)
     run_dir = new_run_dir(cfg.output_dir)
-    conversations = load_benchmark_set(cfg.dataset, run_dir)
+    conversations = dataset_conversations(cfg.dataset, run_dir)
     n_questions = sum(len(c.qa) for c in conversations)
     print(f"dataset {cfg.dataset.name}: {len(conversations)} users, {n_questions} questions")
 
-    assets = AssetStore(cfg.assets.cache_dir, pip=cfg.assets.pip)
-    encoder = build_encoder(cfg.embedder, assets)
+    assets = build.asset_store(cfg.assets)
     # A fresh store per run: the measured memory is exactly the dataset's turn-pairs.
-    memory_cfg = replace(cfg.memory, uri=str(run_dir / "milvus.db")) if _is_lite(cfg.memory.uri) else cfg.memory
-    store = MilvusMemoryStore(memory_cfg, encoder.dim)
-    retriever = HybridRetriever(encoder, store, cfg.retrieval)
+    memory_cfg = cfg.memory if is_server_uri(cfg.memory.uri) else replace(cfg.memory, uri=str(run_dir / "milvus.db"))
+    memory = build.memory(cfg.embedder, memory_cfg, cfg.retrieval, assets)
+    store, retriever = memory.store, memory.retriever
     dia = ingest(conversations, retriever)
     store.flush()
     print(f"memory: {store.count()} turn-pairs stored for {len(conversations)} users")
 
     tiers = []
-    needed = needed_tiers(cfg.conditions, len(models))
     try:
-        for i, m in enumerate(models):
-            t0 = time.time()
-            if i in needed:
-                backend = build_backend(m, assets)
-                print(f"tier {i}: {m.name} ({m.engine}) ready in {time.time() - t0:.0f}s")
-            else:  # e.g. a capacity sweep on warm_memory_only never calls the large tier
-                backend = UnusedBackend(m.name)
-                print(f"tier {i}: {m.name} not loaded (no selected condition uses it)")
-            tiers.append(Tier(m.name, backend, Pricing(m.params_b, m.usd_per_m_input, m.usd_per_m_output)))
+        # Only the tiers the selected conditions call are loaded (a capacity sweep on
+        # warm_memory_only never loads the large model).
+        tiers = build.tiers(models, assets, load=needed_tiers(cfg.conditions, len(models)), on_ready=_say_ready)
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,
             memory_dia_ids=dia, batch_size=cfg.batch_size, progress=progress,
@@ -227,6 +193,3 @@ def _history_section(df: pl.DataFrame, conditions: list[str]) -> list[str]:
     return ["Full-context history (counted with the answering model's tokenizer; the oldest turns are "
             "left out when the conversation does not fit max_model_len):\n\n" + to_markdown(table)]
 
-
-def _is_lite(uri: str) -> bool:
-    return "://" not in uri

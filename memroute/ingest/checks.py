@@ -10,7 +10,7 @@ import math
 
 from memroute.config import IngestConfig
 from memroute.errors import ConfigError
-from memroute.memory.milvus_store import is_server_uri
+from memroute.config.schema import is_server_uri
 
 WRITE_MODES = ("auto", "driver", "actors")
 MAX_BLOCKS = 1000

@@ -19,7 +19,7 @@ def model_folder(cfg: EmbedderConfig, cache_dir: str | None = None) -> Path:
     """``cfg.path`` or the verified asset folder of ``cfg.name`` (as :func:`build_encoder`)."""
     if cfg.path:
         return Path(cfg.path).expanduser()
-    from memroute.llm.assets import AssetStore
+    from memroute.assets.store import AssetStore
 
     return AssetStore(cache_dir).path(cfg.name)
 

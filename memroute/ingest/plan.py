@@ -53,6 +53,6 @@ def plan_ingest(pairs: Iterable[TurnPair], existing: ExistingIds | None) -> Inge
 def store_is_new(uri: str) -> bool:
     """True when ``uri`` names a Milvus Lite file that does not exist yet: it holds nothing,
     so the plan needs no lookups and the store can be created while the pipeline starts."""
-    from memroute.memory.milvus_store import is_server_uri
+    from memroute.config.schema import is_server_uri
 
     return not is_server_uri(uri) and not Path(uri).expanduser().exists()

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from memroute.errors import ConfigError, InvalidRequest
-from memroute.journal.config import JournalConfig, check_journal_config
+from memroute.config.journal import JournalConfig, check_journal_config
 from memroute.journal.sqlite_journal import Journal, JournalEntry
 from memroute.types import TurnPair
 

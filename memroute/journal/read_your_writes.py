@@ -10,7 +10,7 @@ wraps the store-backed retriever for the Router (same ``remember`` / ``retrieve_
   store first could miss a pair that moved out of the journal in between.
 
 Merge rule (:func:`merge_pending`), simple on purpose: a pending pair counts if it shares at
-least one BM25 term with the query (:func:`memroute.retrieval.tokenize.tokenize`, unigrams and
+least one BM25 term with the query (:func:`memroute.text.tokenize.tokenize`, unigrams and
 their variants) -- the condition under which the BM25 leg could find it once flushed. Up to
 ``max_pending`` of them, most overlapping first (then newest), go *before* the store's hits,
 because a follow-up question most often asks about what was just said and nothing else can
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from memroute.errors import InvalidRequest
 from memroute.journal.sqlite_journal import Journal, JournalEntry
-from memroute.retrieval.tokenize import tokenize
+from memroute.text.tokenize import tokenize
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 PENDING_SCAN = 256

@@ -62,7 +62,7 @@ def unsupported(exc: Exception, uri: str) -> ConfigError:
 def analyzer_params() -> dict[str, Any]:
     """Milvus' standard tokenizer, lowercased, without the in-process index's stopwords."""
     # Imported here: memroute.retrieval imports the memory package.
-    from memroute.retrieval.tokenize import STOPWORDS
+    from memroute.text.tokenize import STOPWORDS
 
     return {
         "tokenizer": "standard",

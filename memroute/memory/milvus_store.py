@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from memroute.config.schema import MemoryConfig
+from memroute.config.schema import MemoryConfig, is_server_uri
 from memroute.errors import BackendError, ConfigError, InvalidRequest
 from memroute.memory import filters, milvus_fulltext
 from memroute.types import Memory, TurnPair, validate_user_id
@@ -51,10 +51,6 @@ OUTPUT_FIELDS = [
     "source_model",
     "created_at",
 ]
-
-
-def is_server_uri(uri: str) -> bool:
-    return uri.startswith(("http://", "https://", "tcp://", "grpc://", "unix:"))
 
 
 class MilvusMemoryStore:

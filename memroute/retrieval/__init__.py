@@ -5,7 +5,6 @@ from __future__ import annotations
 from memroute.retrieval.bm25 import BM25Cache, BM25Index, MemoryIndex
 from memroute.retrieval.fusion import FUSIONS, FusedHit, fuse, get_fusion
 from memroute.retrieval.retriever import STRATEGIES, HybridRetriever
-from memroute.retrieval.tokenize import tokenize, unigrams
 
 __all__ = [
     "BM25Cache",
@@ -17,6 +16,4 @@ __all__ = [
     "STRATEGIES",
     "fuse",
     "get_fusion",
-    "tokenize",
-    "unigrams",
 ]

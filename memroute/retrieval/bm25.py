@@ -21,7 +21,7 @@ import numpy as np
 
 from memroute.config.schema import RetrievalConfig
 from memroute.errors import ConfigError
-from memroute.retrieval.tokenize import tokenize, unigrams
+from memroute.text.tokenize import tokenize, unigrams
 from memroute.types import Memory, validate_user_id
 
 METHODS = ("lucene", "robertson", "atire")

@@ -23,7 +23,7 @@ from memroute.retrieval.bm25 import BM25Cache
 from memroute.retrieval.context import add_session_context, focus_query
 from memroute.retrieval.fusion import FusedHit, get_fusion, get_score_norm
 from memroute.retrieval.rerank import RERANKERS, TokenEncoder
-from memroute.retrieval.tokenize import tokenize, unigrams
+from memroute.text.tokenize import tokenize, unigrams
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 STRATEGIES = ("bm25", "dense", "hybrid")

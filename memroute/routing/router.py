@@ -15,7 +15,7 @@ from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import InvalidRequest
 from memroute.llm.base import Backend
-from memroute.retrieval.injection import build_messages, select_within_budget
+from memroute.routing.prompt import build_messages, select_within_budget
 from memroute.routing.confidence import CONFIDENCE
 from memroute.types import (
     CallRecord,

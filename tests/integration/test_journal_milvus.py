@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 
 from memroute.config.schema import MemoryConfig, RetrievalConfig
-from memroute.journal import Flusher, Journal, JournaledRetriever, namespaced_user_id
+from memroute.journal import Flusher, Journal, JournaledRetriever
+from memroute.namespace import namespaced_user_id
 from memroute.memory import MilvusMemoryStore
 from memroute.retrieval.retriever import HybridRetriever
 from memroute.types import TurnPair

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
 from memroute.accounting.cost import Pricing
 from memroute.config import MemoryConfig, RetrievalConfig, RouterConfig
 from memroute.eval.benchmark import ingest
-from memroute.eval.datasets.locomo import load_locomo
-from memroute.eval.synthetic import generate, write_json
-from memroute.retrieval.injection import build_messages
+from memroute.datasets.locomo import load_locomo
+from memroute.datasets.generate.synthetic import generate, write_json
+from memroute.routing.prompt import build_messages
 from memroute.routing.router import RouteRequest, Router, Tier
 
 

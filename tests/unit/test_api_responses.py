@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from memroute.api.config import ApiConfig, ApiLimits
+from memroute.config.api import ApiConfig, ApiLimits
 from memroute.api.handler import ChatApi
 from memroute.api.responses import (
     chat_completion,
@@ -19,7 +19,8 @@ from memroute.api.responses import (
     stream_chunks,
 )
 from memroute.api.schema import ChatRequest
-from memroute.api.tenancy import ApiKeys, namespace
+from memroute.api.tenancy import ApiKeys
+from memroute.namespace import namespace
 from memroute.errors import (
     AssetError,
     BackendError,
@@ -270,7 +271,9 @@ def test_prepare_binds_the_namespace_to_the_key():
     a = api()
     p = a.prepare(BODY, "Bearer sk-a")
     assert (p.tenant, p.user_id, p.chat.query) == ("acme", "acme:alice", "my dog?")
-    req = p.route_request()
+    from memroute.serving.core import route_request
+
+    req = route_request(p)
     assert (req.user_id, req.query) == ("acme:alice", "my dog?")
     # The same `user` under another key is another namespace.
     assert a.prepare(BODY, "Bearer sk-g").user_id == "globex:alice"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memroute.api.config import ApiConfig, ApiLimits, check_api_config
+from memroute.config.api import ApiConfig, ApiLimits, check_api_config
 from memroute.api.responses import error_body
 from memroute.api.schema import check_body_size, parse_chat_request
 from memroute.errors import ConfigError, InvalidRequest, NotFound, PayloadTooLarge

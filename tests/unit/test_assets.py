@@ -21,8 +21,8 @@ import pytest
 
 import jobs.assets as cli
 from memroute.errors import AssetError, ConfigError
-from memroute.llm import assets
-from memroute.llm.assets import ASSETS, AssetSpec, AssetStore, folder_sha256, get_spec
+from memroute.assets import store as assets
+from memroute.assets.store import ASSETS, AssetSpec, AssetStore, folder_sha256, get_spec
 
 N_PARTS = 10  # >= 10 so that sorting wheels by name ("part10" < "part2") would break the order
 PARTS = [bytes([i]) * 50 + f"part {i} payload".encode() for i in range(1, N_PARTS + 1)]

@@ -9,7 +9,7 @@ import pytest
 from memroute.config.schema import RetrievalConfig
 from memroute.errors import ConfigError
 from memroute.retrieval.bm25 import BM25Cache, BM25Index
-from memroute.retrieval.tokenize import STOPWORDS, tokenize, unigrams
+from memroute.text.tokenize import STOPWORDS, tokenize, unigrams
 from memroute.types import Memory
 
 # ---------------------------------------------------------------- tokenization

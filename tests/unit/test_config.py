@@ -6,7 +6,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from memroute.config import BenchmarkConfig, register_configs, to_object
 from memroute.errors import ConfigError
-from memroute.eval.run import ordered_cascade
+from memroute.config.schema import ordered_cascade
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 

@@ -7,9 +7,9 @@ from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import ConfigError
 from memroute.eval.benchmark import ingest, run_conditions
-from memroute.eval.datasets.locomo import load_locomo
+from memroute.datasets.locomo import load_locomo
 from memroute.eval.report import f1_by, predictions_frame, summary
-from memroute.eval.synthetic import generate, write_json
+from memroute.datasets.generate.synthetic import generate, write_json
 from memroute.routing.router import Tier
 
 from .fakes import FakeBackend, FakeRetriever
@@ -131,13 +131,13 @@ def test_full_context_needs_the_context_windows(setup):
 @pytest.fixture
 def lme(tmp_path):
     from memroute.config import DatasetConfig
-    from memroute.eval.load import load_benchmark_set
+    from memroute.datasets.registry import dataset_conversations
 
-    return load_benchmark_set(DatasetConfig(name="longmemeval", size="small", seed=0), tmp_path)
+    return dataset_conversations(DatasetConfig(name="longmemeval", size="small", seed=0), tmp_path)
 
 
 def test_longmemeval_set_is_one_user_per_question_with_dated_questions(lme):
-    from memroute.eval.datasets.longmemeval import QUESTION_TYPES
+    from memroute.datasets.longmemeval import QUESTION_TYPES
 
     assert len(lme) == 12 and all(len(c.qa) == 1 for c in lme)
     assert len({c.sample_id for c in lme}) == 12
@@ -190,7 +190,7 @@ def test_only_the_tiers_of_the_selected_conditions_are_needed():
 
 
 def test_an_unloaded_tier_fails_loudly_if_called_anyway(setup):
-    from memroute.eval.run import UnusedBackend
+    from memroute.build import UnusedBackend
 
     convs, retriever, dia, tiers = setup
     unused = UnusedBackend("large")

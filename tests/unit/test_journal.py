@@ -11,16 +11,14 @@ import time
 import pytest
 
 from memroute.errors import ConfigError, InvalidRequest
-from memroute.api.tenancy import split_namespace
+from memroute.config.journal import JournalConfig, check_journal_config
+from memroute.namespace import namespaced_user_id, split_namespace
 from memroute.journal import (
     Flusher,
     Journal,
-    JournalConfig,
     JournaledRetriever,
     JournalError,
-    check_journal_config,
     merge_pending,
-    namespaced_user_id,
 )
 from memroute.journal.sqlite_journal import JournalEntry
 from memroute.types import Memory, RetrievalHit, TurnPair

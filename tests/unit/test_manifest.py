@@ -6,7 +6,7 @@ import pytest
 
 from memroute.config import BenchmarkConfig, ModelConfig, RouterConfig
 from memroute.eval import manifest as mf
-from memroute.retrieval import injection
+from memroute.routing import prompt as injection
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ import pytest
 
 from memroute.accounting.projection import (
     DEFAULT_VOLUMES,
-    PriceSheet,
-    TierPrice,
     project,
     projection_markdown,
     tokens_per_query,
 )
+
+from memroute.config.cost_report import PriceSheet, TierPrice
 
 from .prediction_frames import call, frame, row
 

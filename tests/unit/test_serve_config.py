@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from jobs.serve import compose_serve_config
+from memroute.config.compose import compose_serve_config
 from memroute.config.serve import (
     ServeConfig,
     check_serve_config,
-    ordered_tiers,
+    served_tiers,
     with_absolute_paths,
 )
 from memroute.errors import ConfigError
-from memroute.memory.milvus_store import is_server_uri
+from memroute.config.schema import is_server_uri
 
 PRESETS = ["cpu", "cpu-tiny", "gpu", "external"]
 
@@ -26,7 +26,7 @@ def test_every_preset_is_a_valid_two_tier_config(preset):
     cfg = compose_serve_config(preset, [])
     assert isinstance(cfg, ServeConfig)
     assert check_serve_config(cfg) is cfg
-    tiers = ordered_tiers(cfg)
+    tiers = served_tiers(cfg)
     assert len(tiers) == 2
     assert tiers[0].model.name != tiers[1].model.name
     assert cfg.http.host == "127.0.0.1" and not cfg.http.allow_public_bind
@@ -37,20 +37,20 @@ def test_every_preset_is_a_valid_two_tier_config(preset):
 
 
 def test_cpu_tiny_uses_the_smollm2_pair():
-    tiers = ordered_tiers(compose_serve_config("cpu-tiny", []))
+    tiers = served_tiers(compose_serve_config("cpu-tiny", []))
     assert [(t.model.name, t.model.engine) for t in tiers] == [
         ("smollm2-135m", "vllm"),
         ("smollm2-135m-hf", "transformers"),
     ]
-    assert all(t.num_gpus == 0 for t in tiers)
+    assert all(t.deploy.num_gpus == 0 for t in tiers)
 
 
 def test_gpu_preset_fits_both_engines_on_one_device():
     cfg = compose_serve_config("gpu", [])
-    tiers = ordered_tiers(cfg)
+    tiers = served_tiers(cfg)
     assert [t.model.name for t in tiers] == ["qwen3-8b", "qwen3-235b-awq"]
-    assert sum(t.num_gpus for t in tiers) <= 1.0
-    assert all(t.num_gpus > 0 for t in tiers)
+    assert sum(t.deploy.num_gpus for t in tiers) <= 1.0
+    assert all(t.deploy.num_gpus > 0 for t in tiers)
     assert sum(t.model.engine_args["gpu_memory_utilization"] for t in tiers) <= 0.95
     assert [t.model.max_model_len for t in tiers] == [32768, 16384]
     # The confidence probe reads logprobs, so every engine must return them.
@@ -62,7 +62,7 @@ def test_gpu_preset_fits_both_engines_on_one_device():
 def test_external_preset_reads_tier_urls_from_the_environment(monkeypatch):
     monkeypatch.setenv("MEMROUTE_SMALL_URL", "http://127.0.0.1:9001/v1")
     monkeypatch.setenv("MEMROUTE_LARGE_URL", "http://127.0.0.1:9002/v1")
-    tiers = ordered_tiers(compose_serve_config("external", []))
+    tiers = served_tiers(compose_serve_config("external", []))
     urls = ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"]
     assert [t.model.base_url for t in tiers] == urls
     assert [t.model.params_b for t in tiers] == [8, 235]
@@ -95,19 +95,22 @@ def test_non_loopback_host_needs_an_explicit_opt_in():
     check_serve_config(replace(cfg, http=replace(cfg.http, allow_public_bind=True)))
 
 
-def test_empty_or_mis_keyed_tiers_fail_naming_tiers():
+def test_empty_or_mis_keyed_cascade_fails_naming_cascade():
     cfg = compose_serve_config("cpu-tiny", [])
-    assert _field_of(replace(cfg, tiers={})) == "tiers"
-    assert _field_of(replace(cfg, tiers={"0": cfg.tiers["0"], "2": cfg.tiers["1"]})) == "tiers"
-    assert _field_of(replace(cfg, tiers={"a": cfg.tiers["0"]})) == "tiers"
+    assert _field_of(replace(cfg, cascade={}, deploy={})) == "cascade"
+    gapped = {"0": cfg.cascade["0"], "2": cfg.cascade["1"]}
+    assert _field_of(replace(cfg, cascade=gapped, deploy={})) == "cascade"
+    assert _field_of(replace(cfg, cascade={"a": cfg.cascade["0"]}, deploy={})) == "cascade"
+    # deploy settings for a slot the cascade does not have
+    assert _field_of(replace(cfg, cascade={"0": cfg.cascade["0"]})) == "deploy.1"
 
 
 @pytest.mark.parametrize(
     "override, field",
     [
         ("http.port=0", "http.port"),
-        ("tiers.0.max_batch_size=0", "tiers.0.max_batch_size"),
-        ("tiers.1.autoscaling.max_replicas=0", "tiers.1.autoscaling.max_replicas"),
+        ("deploy.0.max_batch_size=0", "deploy.0.max_batch_size"),
+        ("deploy.1.autoscaling.max_replicas=0", "deploy.1.autoscaling.max_replicas"),
         ("ingress.max_batch_size=0", "ingress.max_batch_size"),
         ("api.limits.max_input_chars=0", "api.limits.max_input_chars"),
         ("journal.batch_size=0", "journal.batch_size"),

@@ -8,17 +8,10 @@ import random
 import pytest
 
 from memroute.api import tenancy
-from memroute.api.config import ApiConfig
-from memroute.api.tenancy import (
-    HASH_PREFIX,
-    ApiKeys,
-    namespace,
-    parse_key_list,
-    split_namespace,
-    tenant_of,
-)
+from memroute.api.tenancy import ApiKeys, parse_key_list
+from memroute.config.api import ApiConfig
+from memroute.namespace import HASH_PREFIX, namespace, namespaced_user_id, split_namespace, tenant_of
 from memroute.errors import ConfigError, InvalidRequest, Unauthorized
-from memroute.journal import namespaced_user_id
 from memroute.types import validate_user_id
 
 # ------------------------------------------------------------------------------------ API keys

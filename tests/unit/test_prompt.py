@@ -1,4 +1,4 @@
-from memroute.retrieval.injection import (
+from memroute.routing.prompt import (
     MEMORY_HEADER,
     build_messages,
     render_memory_block,

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from memroute.errors import AssetError
-from memroute.llm.asset_files import fsync_tree, swap_in_dir
-from memroute.llm.asset_specs import AssetSpec
+from memroute.assets.files import fsync_tree, swap_in_dir
+from memroute.assets.specs import AssetSpec
 
 CONVERTED_MARKER = "memroute_asset.json"
 

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
 from memroute.errors import AssetError
-from memroute.llm.asset_files import (
+from memroute.assets.files import (
     CHUNK,
     folder_files,
     folder_sha256,
@@ -27,7 +27,7 @@ from memroute.llm.asset_files import (
     fsync_tree,
     swap_in_dir,
 )
-from memroute.llm.asset_specs import AssetSpec
+from memroute.assets.specs import AssetSpec
 
 Progress = Callable[[str], None]
 # (spec, sha256, size) -> None; raises AssetError when the bytes are not the pinned ones

@@ -1,4 +1,4 @@
-"""Journal settings (to be moved into memroute/config/schema.py with the serve config)."""
+"""Journal settings: the ``journal`` group of the serve config."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ class JournalConfig:
     batch_size: int = 64  # turn-pairs per store write
     interval_s: float = 0.5  # after a wake-up, wait up to this long for a fuller batch
     max_backoff_s: float = 30.0  # longest wait between retries while the store fails
+    # Idempotency-Key answers (same SQLite file): kept this long, counted from the first request
+    idempotency_ttl_s: float = 86400.0
+    idempotency_wait_s: float = 30.0  # a duplicate waits this long for the first request's answer
+    idempotency_lease_s: float = 600.0  # an unfinished claim older than this is taken over
 
 
 def check_journal_config(cfg: JournalConfig) -> JournalConfig:
@@ -30,6 +34,16 @@ def check_journal_config(cfg: JournalConfig) -> JournalConfig:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 3600:
             raise ConfigError(
                 f"{name} must be a number of seconds in [0, 3600), got {value!r}",
+                field=f"journal.{name}",
+            )
+    # (field, lowest, highest): a wait may be 0 (no waiting); a TTL or lease may not
+    for name, low, high in (("idempotency_ttl_s", 1.0, 30 * 86400.0),
+                            ("idempotency_wait_s", 0.0, 3600.0),
+                            ("idempotency_lease_s", 1.0, 86400.0)):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ConfigError(
+                f"{name} must be a number of seconds in [{low:g}, {high:.0f}], got {value!r}",
                 field=f"journal.{name}",
             )
     return cfg

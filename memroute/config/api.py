@@ -1,8 +1,5 @@
-"""Typed configuration of the HTTP API (limits, tenancy, served model names).
-
-Kept here until it is folded into :mod:`memroute.config.schema` as an ``api`` group; field names
-in errors already use that future path (``api.limits.max_input_chars``).
-"""
+"""Typed configuration of the HTTP API (limits, tenancy, served model names): the ``api`` group
+of the serve config, so errors name ``api.limits.max_input_chars``."""
 
 from __future__ import annotations
 

