@@ -1,4 +1,4 @@
-"""Model back ends: the Backend protocol, three engines, and the factory that picks one.
+"""Model back ends: the Backend protocol, three engines, a mock, and the factory that picks one.
 
 Exports are resolved lazily (PEP 562): importing ``memroute.llm`` loads no engine, torch or vllm.
 """
@@ -15,7 +15,7 @@ _EXPORTS = {
     "TransformersBackend": "memroute.llm.transformers_backend",
     "VLLMBackend": "memroute.llm.vllm_backend",
     "OpenAIHTTPBackend": "memroute.llm.openai_http",
-    "AssetStore": "memroute.llm.assets",
+    "MockBackend": "memroute.llm.mock_backend",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -12,7 +12,7 @@ from memroute.llm.base import Backend
 from memroute.registry import Registry
 
 if TYPE_CHECKING:
-    from memroute.llm.assets import AssetStore
+    from memroute.assets.store import AssetStore
 
 BackendBuilder = Callable[[ModelConfig, "AssetStore | None"], Backend]
 ENGINES: Registry[BackendBuilder] = Registry("engine")
@@ -25,7 +25,8 @@ def build_backend(cfg: ModelConfig, assets: AssetStore | None = None) -> Backend
     to the engine: vLLM takes any ``vllm.LLM`` argument (``gpu_memory_utilization``,
     ``tensor_parallel_size``, ``quantization``, ``enforce_eager``...); transformers takes
     ``num_threads`` and ``batch_generate``; openai_http takes ``timeout`` and
-    ``max_concurrency``.
+    ``max_concurrency``; mock takes ``answer``, ``memory_answer``, ``logprob``, ``margin``,
+    ``rules`` and ``latency_s`` (:class:`~memroute.llm.mock_backend.MockBackend`).
     """
     return ENGINES.get(cfg.engine, field="model.engine")(cfg, assets)
 
@@ -40,7 +41,7 @@ def model_folder(cfg: ModelConfig, assets: AssetStore | None) -> Path:
             field="model.asset",
         )
     if assets is None:
-        from memroute.llm.assets import AssetStore
+        from memroute.assets.store import AssetStore
 
         assets = AssetStore()
     return assets.hf_folder(cfg.asset)
@@ -107,3 +108,16 @@ def _build_openai_http(cfg: ModelConfig, assets: AssetStore | None) -> Backend:
         tokenizer_path=cfg.path,
         **kwargs,
     )
+
+
+MOCK_OPTIONS = ("answer", "memory_answer", "logprob", "margin", "rules", "latency_s")
+
+
+@ENGINES.register("mock")
+def _build_mock(cfg: ModelConfig, assets: AssetStore | None) -> Backend:
+    from memroute.llm.mock_backend import MockBackend
+
+    kwargs = _engine_kwargs(cfg, MOCK_OPTIONS)
+    # A tokenizer folder only when one is named: without it the mock counts with SimpleTokenizer.
+    folder = model_folder(cfg, assets) if (cfg.path or cfg.asset) else None
+    return MockBackend(cfg.name, folder, **kwargs)

@@ -286,9 +286,9 @@ def test_vllm_reply_drops_eos_and_stop_string_tokens():
 def test_factory_unknown_engine_lists_the_available_ones():
     with pytest.raises(ConfigError) as exc:
         build_backend(ModelConfig(engine="x"))
-    assert str(exc.value) == "Unknown engine 'x'. Available: openai_http, transformers, vllm"
+    assert str(exc.value) == "Unknown engine 'x'. Available: mock, openai_http, transformers, vllm"
     assert exc.value.field == "model.engine"
-    assert ENGINES.names() == ["openai_http", "transformers", "vllm"]
+    assert ENGINES.names() == ["mock", "openai_http", "transformers", "vllm"]
 
 
 def test_factory_openai_http_reads_the_key_env_var(monkeypatch):

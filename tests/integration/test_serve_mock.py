@@ -1,0 +1,214 @@
+"""The whole Serve app in seconds: two ``engine: mock`` tiers behind the real ingress (a loopback
+Ray node, real HTTP, the ``openai`` client), with MiniLM, Milvus Lite and the journal in tmp dirs.
+
+The mock's rules decide the cascade (a "why" question gets low log-probs at tier 0 and escalates),
+and its memory echo shows a stated fact reaching a later prompt. One module-scoped app, one user
+per check; the time after Ray is up is measured and bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+KEYS = {"sk-mock": "acme"}
+KEY = "sk-mock"
+TIMEOUT = 60.0
+LOW_CONFIDENCE = -2.5  # tier 0's log-prob per token on "why" questions: c = 1/6 < tau 0.5
+TIER0_RULES = [
+    {"match": "(?i)^why\\b", "logprob": LOW_CONFIDENCE},
+    # A stated fact is acknowledged with its own text, so the stored turn-pair carries it.
+    {"match": "(?i)\\bis [A-Z]{2}-\\d+", "answer": "Noted: {query}"},
+]
+BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mock_serve_config(tmp, port: int):
+    """The one place the test's ServeConfig is built (the config's shape changes here only)."""
+    from memroute.config.api import ApiConfig
+    from memroute.config.journal import JournalConfig
+    from memroute.config.schema import MemoryConfig, ModelConfig, RouterConfig
+    from memroute.config.serve import (
+        AutoscalingConfig,
+        HttpConfig,
+        IngressConfig,
+        ServeConfig,
+        TierDeployConfig,
+    )
+
+    small = ModelConfig(
+        name="mock-small",
+        engine="mock",
+        params_b=0.5,
+        engine_args={"logprob": -0.05, "rules": TIER0_RULES},
+    )
+    large = ModelConfig(
+        name="mock-large",
+        engine="mock",
+        params_b=8.0,
+        engine_args={"answer": "Large answer.", "logprob": -0.01},
+    )
+    one = AutoscalingConfig(min_replicas=1, max_replicas=1)
+    return ServeConfig(
+        http=HttpConfig(port=port),
+        ingress=IngressConfig(num_cpus=0.25, autoscaling=one),
+        cascade={"0": small, "1": large},
+        deploy={str(i): TierDeployConfig(num_cpus=0.25, autoscaling=one) for i in range(2)},
+        memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_mock"),
+        router=RouterConfig(tau=0.5, max_tokens=24),
+        journal=JournalConfig(path=str(tmp / "journal.sqlite3")),
+        api=ApiConfig(api_keys=dict(KEYS)),
+        blocking=False,
+    )
+
+
+def wait_healthy(url: str, timeout: float = 120.0) -> dict:
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/healthz", timeout=10)
+            if r.status_code == 200 and r.json().get("status") == "ok":
+                return r.json()
+            last = r.text
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"the app did not become healthy at {url}: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback-only node
+    import ray
+    from ray import serve
+
+    from serve.app import build_app
+
+    t0 = time.perf_counter()
+    ray_was_up = ray.is_initialized()
+    if not ray_was_up:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray_up = time.perf_counter()
+    port = free_port()
+    cfg = mock_serve_config(tmp_path_factory.mktemp("serve-mock"), port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        serve.start(
+            http_options={"host": "127.0.0.1", "port": port},
+            logging_config={"enable_access_log": False},
+        )
+        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False)
+        health = wait_healthy(url)
+        deployed = time.perf_counter()
+        yield {"url": url, "cfg": cfg, "health": health, "ray_up": ray_up}
+        done = time.perf_counter()
+        print(
+            f"\n[serve-mock] ray start {ray_up - t0:.1f}s, deploy {deployed - ray_up:.1f}s, "
+            f"requests {done - deployed:.1f}s, after Ray up {done - ray_up:.1f}s"
+        )
+    finally:
+        serve.shutdown()
+        if not ray_was_up and ray.is_initialized():
+            ray.shutdown()
+
+
+def client(url: str, key: str = KEY):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, timeout=TIMEOUT, max_retries=0)
+
+
+def ask(url: str, user: str, text: str, **kw):
+    raw = client(url).chat.completions.with_raw_response.create(
+        model="memroute", user=user, messages=[{"role": "user", "content": text}], **kw
+    )
+    return raw, raw.parse()
+
+
+def report(completion) -> dict:
+    return completion.model_extra["memroute"]
+
+
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEY}"}
+
+
+def base_prompt_tokens(cfg, query: str) -> int:
+    """What the mock counts for ``query`` without memories: the served count must be this."""
+    from memroute.llm.factory import build_backend
+    from memroute.routing.prompt import build_messages
+
+    return build_backend(cfg.cascade["0"]).count_tokens(
+        build_messages(cfg.router.system_prompt, query)
+    )
+
+
+def test_the_mock_cascade_end_to_end(app):
+    url, cfg = app["url"], app["cfg"]
+    assert app["health"]["tiers"] == ["mock-small", "mock-large"]
+
+    # -- accepted at tier 0: confident, no memories for a fresh user, exact token counts
+    query = "What is the capital of France?"
+    raw, r = ask(url, "easy-user", query)
+    m = report(r)
+    assert (m["tier"], m["model"], m["escalated"]) == (0, "mock-small", False)
+    assert r.choices[0].message.content == "I do not know."
+    assert m["confidences"] == [pytest.approx(1 - 0.05 / 3, abs=1e-4)]
+    assert m["tokens"]["base"] == base_prompt_tokens(cfg, query) == r.usage.prompt_tokens
+    assert m["tokens"]["injected"] == 0 and m["tokens"]["output"] == r.usage.completion_tokens == 5
+    assert raw.headers["x-memroute-escalated"] == "false"
+
+    # -- escalated: the tier-0 rule's log-probs put it under tau; tier 1 answers
+    raw, r = ask(url, "hard-user", "Why is the sky blue?")
+    m = report(r)
+    assert (m["tier"], m["model"], m["escalated"]) == (1, "mock-large", True)
+    assert r.choices[0].message.content == "Large answer."
+    assert m["confidences"] == [
+        pytest.approx(1 / 6, abs=1e-4),
+        pytest.approx(1 - 0.01 / 3, abs=1e-4),
+    ]
+    assert [c["accepted"] for c in m["calls"]] == [False, True]
+    assert m["calls"][1]["eff_cost"] > m["calls"][0]["eff_cost"]  # 8B priced above 0.5B
+    assert raw.headers["x-memroute-escalated"] == "true" and raw.headers["x-memroute-tier"] == "1"
+
+    # -- memory: a stated fact is stored, retrieved into the next prompt and echoed by the mock
+    _, stated = ask(url, "alice", "My locker code is ZX-4471.")
+    assert stated.choices[0].message.content == "Noted: My locker code is ZX-4471."
+    _, r = ask(url, "alice", "What is my locker code?")  # may still be in the journal only
+    m = report(r)
+    assert m["memories_used"]["count"] >= 1 and m["tokens"]["injected"] > 0
+    assert "ZX-4471" in r.choices[0].message.content  # the memory reached the model
+    assert not m["escalated"]
+    assert httpx.post(f"{url}/admin/drain", headers=auth(), timeout=TIMEOUT).json() == {
+        "drained": True
+    }
+    body = httpx.get(
+        f"{url}/admin/memories", params={"user": "alice"}, headers=auth(), timeout=TIMEOUT
+    ).json()
+    assert body["count"] == 2 and any(
+        "Q: My locker code is ZX-4471." in x["text"] for x in body["memories"]
+    )
+    assert set(m["memories_used"]["ids"]) <= {x["id"] for x in body["memories"]}
+
+    # -- 4xx: refused before any model work, OpenAI-shaped
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(url, "bad-user", "hello", temperature=5)
+    assert e.value.status_code == 400 and e.value.param == "temperature"
+    r401 = httpx.post(
+        f"{url}/v1/chat/completions", json={"model": "memroute", "messages": []}, timeout=TIMEOUT
+    )
+    assert r401.status_code == 401 and r401.json()["error"]["param"] == "authorization"
+
+    elapsed = time.perf_counter() - app["ray_up"]
+    print(f"\n[serve-mock] deploy + requests: {elapsed:.1f}s")
+    assert elapsed < BUDGET_S
