@@ -16,8 +16,9 @@ import sys
 import time
 from typing import Sequence
 
+from jobs.cli import guarded
 from memroute.errors import MemrouteError
-from memroute.llm.assets import ASSETS, AssetStore, get_spec
+from memroute.assets.store import ASSETS, AssetStore, get_spec
 
 
 def _say(line: str) -> None:
@@ -115,19 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The exit code: 0, 2 for a bad name or asset (one line), 1 internal fault, 130 Ctrl-C
+    (partial downloads are discarded on the next fetch)."""
     args = build_parser().parse_args(argv)
     store = AssetStore(args.cache_dir, progress=_say)
-    try:
-        return args.func(store, args)
-    except MemrouteError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; partial downloads are discarded on the next fetch", file=sys.stderr)
-        return 130
+    # The error funnel of every job (jobs/cli.py); an asset's messages name it, so no [field] tag.
+    settings = {"--cache-dir": store.cache_dir}
+    return guarded(lambda: args.func(store, args), settings, tag_field=False)
 
 
 if __name__ == "__main__":

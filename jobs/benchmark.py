@@ -10,18 +10,20 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from memroute.config import BenchmarkConfig, register_configs, to_object
+from jobs import cli
+from memroute.config import BenchmarkConfig
 
 
 @hydra.main(config_path="../conf", config_name="benchmark", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
-    from memroute.eval.run import run_benchmark
-    from memroute.logs import quiet_third_party_logs
+    cli.run_task(dcfg, BenchmarkConfig, run)
 
-    quiet_third_party_logs()
-    run_benchmark(to_object(dcfg, BenchmarkConfig))
+
+def run(cfg: BenchmarkConfig) -> None:
+    from memroute.eval.run import run_benchmark
+
+    run_benchmark(cfg)
 
 
 if __name__ == "__main__":
-    register_configs()
-    main()
+    cli.main(main, "benchmark")

@@ -10,19 +10,20 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from memroute.config import register_configs, to_object
+from jobs import cli
 from memroute.config.cost_report import CostReportConfig
 
 
 @hydra.main(config_path="../conf", config_name="cost_report", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
-    from memroute.eval.cost_report_run import run_cost_report
-    from memroute.logs import quiet_third_party_logs
+    cli.run_task(dcfg, CostReportConfig, run)
 
-    quiet_third_party_logs()
-    run_cost_report(to_object(dcfg, CostReportConfig))
+
+def run(cfg: CostReportConfig) -> None:
+    from memroute.eval.cost_report_run import run_cost_report
+
+    run_cost_report(cfg)
 
 
 if __name__ == "__main__":
-    register_configs()
-    main()
+    cli.main(main, "cost_report")

@@ -19,9 +19,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from jobs import cli
 from jobs.ray_init import init_ray
-from memroute.config import IngestConfig, RayConfig, register_configs, to_object
-from memroute.errors import MemrouteError
+from memroute.config import IngestConfig, RayConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,27 +46,25 @@ class LazyRay:
 
 
 def run(cfg: IngestConfig) -> int:
-    """The job body on a typed config; returns the exit code."""
+    """The job body on a typed config; returns the exit code (errors go to :mod:`jobs.cli`)."""
     from pathlib import Path
 
-    from memroute.ingest import check_ingest_config, dataset_turn_pairs
+    from memroute.datasets.registry import dataset_turn_pairs
+    from memroute.ingest import check_ingest_config
     from memroute.tracking.mlflow_tracking import Tracker, flatten
     from pipelines.ingest import ingest_pairs
 
+    check_ingest_config(cfg)
+    # Loaded before Ray starts: a bad file fails here, naming file, record and field.
+    pairs = dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir))
+    print(f"dataset {cfg.dataset.name}: {len(pairs)} turn-pairs", flush=True)
     lazy = LazyRay(cfg.ray)
     try:
-        check_ingest_config(cfg)
-        # Loaded before Ray starts: a bad file fails here, naming file, record and field.
-        pairs = dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir))
-        print(f"dataset {cfg.dataset.name}: {len(pairs)} turn-pairs", flush=True)
         tracker = Tracker(cfg.tracking)
         with tracker.run(f"ingest-{cfg.dataset.name}", tags={"job": "ingest"}):
             tracker.log_params(flatten(cfg))
             summary = ingest_pairs(pairs, cfg, ensure_ray=lazy.ensure)
             tracker.log_metrics(summary.metrics())
-    except MemrouteError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2 if exc.status < 500 else 1
     finally:
         lazy.close()
     for message in summary.error_messages:
@@ -85,18 +83,8 @@ def run(cfg: IngestConfig) -> int:
 
 @hydra.main(config_path="../conf", config_name="ingest", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
-    for noisy in ("milvus_lite", "httpx", "faiss.loader"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    try:
-        cfg = to_object(dcfg, IngestConfig)
-    except MemrouteError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        sys.exit(2)
-    code = run(cfg)
-    if code:
-        sys.exit(code)
+    cli.run_task(dcfg, IngestConfig, run)
 
 
 if __name__ == "__main__":
-    register_configs()
-    main()
+    cli.main(main, "ingest")

@@ -6,7 +6,7 @@
 
 Exit codes: 0 rescored (identical to the saved numbers unless the scoring rules changed),
 1 numbers differ although the scoring rules are the same, 2 prompt templates or saved files
-changed since the run (override with allow_drift=true).
+changed since the run (override with allow_drift=true), or a bad setting (one line naming it).
 """
 
 from __future__ import annotations
@@ -16,18 +16,20 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from memroute.config import register_configs, to_object
+from jobs import cli
 from memroute.config.rescore import RescoreConfig
 
 
 @hydra.main(config_path="../conf", config_name="rescore", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
-    from memroute.eval.rescore import rescore_run, resolve_run_dir
-    from memroute.llm.assets import AssetStore
-    from memroute.logs import quiet_third_party_logs
+    cli.run_task(dcfg, RescoreConfig, run)
 
-    quiet_third_party_logs()
-    cfg = to_object(dcfg, RescoreConfig)
+
+def run(cfg: RescoreConfig) -> int:
+    """Rescore; the exit code of the module doc."""
+    from memroute.eval.rescore import rescore_run, resolve_run_dir
+    from memroute.assets.store import AssetStore
+
     run_dir = resolve_run_dir(
         run_id=cfg.run_id, run_dir=cfg.run_dir, output_dir=cfg.output_dir, tracking=cfg.tracking
     )
@@ -41,7 +43,7 @@ def main(dcfg: DictConfig) -> None:
     if result.stopped:
         print(f"DRIFT: changed since the run {run_dir.name}: " + "; ".join(drifted)
               + ". Rescoring stopped (allow_drift=true to rescore anyway).", file=sys.stderr)
-        sys.exit(result.exit_code)
+        return result.exit_code
     if drifted:
         print("WARNING (allow_drift=true): changed since the run: " + "; ".join(drifted))
     print((run_dir / "rescored_summary.md").read_text())
@@ -53,9 +55,8 @@ def main(dcfg: DictConfig) -> None:
         print(f"rescored {run_dir}: {len(result.differences)} difference(s); {why}")
         for d in result.differences:
             print(f"  {d}")
-    sys.exit(result.exit_code)
+    return result.exit_code
 
 
 if __name__ == "__main__":
-    register_configs()
-    main()
+    cli.main(main, "rescore")

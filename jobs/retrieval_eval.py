@@ -10,19 +10,20 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from memroute.config import register_configs, to_object
+from jobs import cli
 from memroute.config.retrieval_eval import RetrievalEvalConfig
 
 
 @hydra.main(config_path="../conf", config_name="retrieval_eval", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
-    from memroute.eval.retrieval_run import run_retrieval_eval
-    from memroute.logs import quiet_third_party_logs
+    cli.run_task(dcfg, RetrievalEvalConfig, run)
 
-    quiet_third_party_logs()
-    run_retrieval_eval(to_object(dcfg, RetrievalEvalConfig))
+
+def run(cfg: RetrievalEvalConfig) -> None:
+    from memroute.eval.retrieval_run import run_retrieval_eval
+
+    run_retrieval_eval(cfg)
 
 
 if __name__ == "__main__":
-    register_configs()
-    main()
+    cli.main(main, "retrieval_eval")

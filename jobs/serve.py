@@ -12,43 +12,28 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from jobs import cli
 from jobs.ray_init import init_ray
-from memroute.config import register_configs, to_object
 from memroute.config.serve import ServeConfig
-from memroute.errors import MemrouteError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 log = logging.getLogger(__name__)
-
-
-def compose_serve_config(preset: str, overrides: list[str]) -> ServeConfig:
-    """The config ``python -m jobs.serve serve=<preset> <overrides>`` would run, as a dataclass."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        dcfg = compose("serve", overrides=[f"serve={preset}", *overrides])
-    return to_object(dcfg, ServeConfig)
 
 
 def start(cfg: ServeConfig) -> str:
     """Deploy the app on Ray Serve (local loopback node by default); returns the base URL."""
+    from memroute.config.serve import check_serve_config
+
+    check_serve_config(cfg)  # before Ray is imported: a bad field fails in a second, not a minute
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from ray import serve
 
-    from memroute.config.serve import check_serve_config
     from serve.app import build_app
 
-    check_serve_config(cfg)  # before Ray starts: a bad field fails in a second, not a minute
     init_ray(cfg.ray)
     serve.start(http_options={"host": cfg.http.host, "port": cfg.http.port}, logging_config={"enable_access_log": False})
     serve.run(build_app(cfg), name=cfg.name, route_prefix=cfg.route_prefix, blocking=False)
@@ -74,16 +59,12 @@ Ctrl-C stops the server."""
 
 @hydra.main(config_path="../conf", config_name="serve", version_base="1.3")
 def main(dcfg: DictConfig) -> None:
-    from memroute.logs import quiet_third_party_logs
+    cli.run_task(dcfg, ServeConfig, run)
 
-    quiet_third_party_logs()
-    try:
-        cfg = to_object(dcfg, ServeConfig)
-        url = start(cfg)
-    except MemrouteError as exc:
-        field = f" [{exc.field}]" if getattr(exc, "field", None) else ""
-        print(f"error{field}: {exc}", file=sys.stderr)
-        sys.exit(2)
+
+def run(cfg: ServeConfig) -> None:
+    """Deploy, print how to call it, and (``blocking``) serve until Ctrl-C or SIGTERM."""
+    url = start(cfg)
     print(usage(url), flush=True)
     if not cfg.blocking:
         return
@@ -98,5 +79,4 @@ def main(dcfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    register_configs()
-    main()
+    cli.main(main, "serve")

@@ -58,7 +58,8 @@ def app_url(tmp_path_factory):
     import ray
     from ray import serve
 
-    from jobs.serve import compose_serve_config, start
+    from jobs.serve import start
+    from memroute.config.compose import compose_serve_config
 
     tmp = tmp_path_factory.mktemp("serve")
     # Set before Ray starts so replicas inherit them. If another module already started Ray,
