@@ -18,12 +18,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 
-from memroute.api.handler import ApiResponse, PreparedChat
+from memroute.api.handler import IDEMPOTENCY_HEADER, ApiResponse, PreparedChat
 from memroute.api.metrics import CONTENT_TYPE
 from memroute.api.schema import check_body_size
-from memroute.api.tenancy import namespace
-from memroute.config.serve import ServeConfig, ordered_tiers
+from memroute.config.schema import ordered_cascade
+from memroute.config.serve import ServeConfig
 from memroute.errors import InvalidRequest
+from memroute.namespace import namespace
 from memroute.types import RouteResult
 
 app = FastAPI(title="memroute", docs_url=None, redoc_url=None)
@@ -50,10 +51,9 @@ class RouterIngress:
         from serve.tokenizers import local_tokenizer
 
         quiet_third_party_logs()
-        tiers = ordered_tiers(cfg)
         backends = [
-            HandleBackend(h, t.model.name, local_tokenizer(t.model, cfg.assets))
-            for h, t in zip(tier_handles, tiers)
+            HandleBackend(h, m.name, local_tokenizer(m, cfg.assets))
+            for h, m in zip(tier_handles, ordered_cascade(cfg.cascade))
         ]
         self.cfg = cfg
         self.core = ServingCore(cfg, backends)
@@ -68,7 +68,7 @@ class RouterIngress:
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:
         started = time.perf_counter()
-        tenant = None
+        tenant = prepared = None
         try:
             raw = await request.body()
             check_body_size(len(raw), self.cfg.api.limits)
@@ -76,13 +76,45 @@ class RouterIngress:
                 body = json.loads(raw)
             except ValueError:
                 raise InvalidRequest("the request body is not valid JSON", field="body") from None
-            prepared = await asyncio.to_thread(self.core.prepare, body, request.headers.get("authorization"))
+            keys = request.headers.getlist(IDEMPOTENCY_HEADER)
+            if len(keys) > 1:
+                raise InvalidRequest("send one Idempotency-Key header", field=IDEMPOTENCY_HEADER)
+            prepared = await asyncio.to_thread(
+                self.core.prepare, body, request.headers.get("authorization"),
+                keys[0] if keys else None,
+            )
             tenant = prepared.tenant
-            result = await self.route(prepared)
-            resp = self.core.respond(prepared, result, latency_s=time.perf_counter() - started)
+            if prepared.idempotency_key is None:
+                resp = await self._answer(prepared, started)
+            else:
+                # Shielded: a client that disconnects cancels this handler, not the keyed
+                # request, whose answer is still recorded for the client's retry.
+                resp = await asyncio.shield(asyncio.ensure_future(self._keyed(prepared, started)))
         except Exception as exc:  # noqa: BLE001 - every failure becomes an OpenAI-shaped error
-            resp = self.core.error(exc, tenant=tenant)
+            resp = self.core.error(exc, tenant=tenant, prepared=prepared)
         return _http(resp)
+
+    async def _keyed(self, prepared: PreparedChat, started: float) -> ApiResponse:
+        """A replay of the key's first answer (no model work), or route and record it; waits
+        (in a thread) while a duplicate with the same key is in progress."""
+        try:
+            replay = await asyncio.to_thread(self.core.begin, prepared)
+        except Exception as exc:  # noqa: BLE001 - 409 / journal errors
+            return self.core.error(exc, tenant=prepared.tenant, prepared=prepared)
+        return replay if replay is not None else await self._answer(prepared, started)
+
+    async def _answer(self, prepared: PreparedChat, started: float) -> ApiResponse:
+        try:
+            result = await self.route(prepared)
+            latency_s = time.perf_counter() - started
+            if prepared.idempotency_key is None:
+                return self.core.respond(prepared, result, latency_s=latency_s)
+            # Records the answer under the key (a fsync): off the event loop.
+            return await asyncio.to_thread(self.core.respond, prepared, result, latency_s=latency_s)
+        except Exception as exc:  # noqa: BLE001 - one request's failure is its own
+            return self.core.error(exc, tenant=prepared.tenant, prepared=prepared)
+        finally:
+            self.core.release(prepared)  # a no-op once answered; a cancelled route drops the claim
 
     @app.get("/v1/models")
     async def models(self, request: Request) -> Response:

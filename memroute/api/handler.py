@@ -4,23 +4,26 @@ A server (the Ray Serve ingress) does::
 
     try:
         prepared = api.prepare(body, headers.get("authorization"))    # 401 / 400 / 404 / 413
-        result = await router(prepared.route_request())                # the cascade
+        result = await router(prepared.user_id, prepared.chat.query)   # the cascade (serving core)
         return api.respond(prepared, result, latency_s=...)            # body or SSE + headers
     except Exception as exc:
         return api.error(exc, tenant=...)                              # OpenAI error shape
 
 The API key is checked before the body, so an unauthenticated caller learns nothing about
 validation. Everything here is synchronous and pure, so it runs in any server and in unit tests.
+An ``Idempotency-Key`` header is validated here and carried with the body's hash; the serving
+core looks it up and records the answer (:meth:`ApiResponse.to_json`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memroute.api.config import ApiConfig
 from memroute.api.metrics import ApiMetrics
 from memroute.api.responses import (
     chat_completion,
@@ -32,12 +35,17 @@ from memroute.api.responses import (
     stream_chunks,
 )
 from memroute.api.schema import ChatRequest, parse_chat_request
-from memroute.api.tenancy import ApiKeys, namespace
-from memroute.routing.router import RouteRequest
+from memroute.api.tenancy import ApiKeys
+from memroute.config.api import ApiConfig
+from memroute.errors import InvalidRequest
+from memroute.namespace import namespace
 from memroute.types import RouteResult
 
 JSON = "application/json"
 SSE = "text/event-stream"
+IDEMPOTENCY_HEADER = "idempotency-key"
+REPLAYED_HEADER = "idempotent-replayed"
+MAX_IDEMPOTENCY_KEY = 255
 
 
 @dataclass(frozen=True)
@@ -45,9 +53,8 @@ class PreparedChat:
     tenant: str
     chat: ChatRequest
     user_id: str  # the memory namespace of (tenant, chat.user)
-
-    def route_request(self) -> RouteRequest:
-        return RouteRequest(user_id=self.user_id, query=self.chat.query)
+    idempotency_key: str | None = None
+    body_hash: str | None = None  # sha256 of the canonical JSON body; only with a key
 
 
 @dataclass
@@ -57,6 +64,44 @@ class ApiResponse:
     headers: dict[str, str] = field(default_factory=dict)
     body: dict[str, Any] | None = None  # JSON responses
     events: list[str] | None = None  # SSE responses, already framed ("data: ...\n\n")
+
+    def to_json(self) -> str:
+        """The whole response as stored for an idempotency key (replayed as it was)."""
+        return json.dumps(
+            {"status": self.status, "media_type": self.media_type, "headers": self.headers,
+             "body": self.body, "events": self.events},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str, *, replayed: bool = True) -> ApiResponse:
+        d = json.loads(text)
+        headers = dict(d.get("headers") or {})
+        if replayed:
+            headers[REPLAYED_HEADER] = "true"
+        return cls(d["status"], d["media_type"], headers, d.get("body"), d.get("events"))
+
+
+def check_idempotency_key(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header: absent (None), or 1-255 printable ASCII characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY or not all(
+        32 <= ord(ch) < 127 for ch in value
+    ):
+        raise InvalidRequest(
+            f"the Idempotency-Key header must be 1-{MAX_IDEMPOTENCY_KEY} printable ASCII "
+            "characters",
+            field=IDEMPOTENCY_HEADER,
+        )
+    return value
+
+
+def body_hash(body: Any) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces): a retry's body hashes the same
+    however its client ordered or spaced it."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ChatApi:
@@ -73,12 +118,22 @@ class ChatApi:
         self.metrics = metrics
         self.clock = clock
 
-    def prepare(self, body: Any, authorization: str | None) -> PreparedChat:
+    def prepare(
+        self, body: Any, authorization: str | None, idempotency_key: str | None = None
+    ) -> PreparedChat:
         tenant = self.keys.authenticate(authorization)
+        key = check_idempotency_key(idempotency_key)
         chat = parse_chat_request(
             body, limits=self.cfg.limits, default_user=self.cfg.default_user, models=self.cfg.models
         )
-        return PreparedChat(tenant, chat, namespace(tenant, chat.user))
+        digest = body_hash(body) if key is not None else None
+        return PreparedChat(tenant, chat, namespace(tenant, chat.user), key, digest)
+
+    def replay(self, stored: str, tenant: str) -> ApiResponse:
+        """The first answer of an idempotency key, sent again (no model work)."""
+        if self.metrics is not None:
+            self.metrics.record_replay(tenant)
+        return ApiResponse.from_json(stored)
 
     def respond(
         self, prepared: PreparedChat, result: RouteResult, *, latency_s: float

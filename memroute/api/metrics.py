@@ -62,6 +62,10 @@ class ApiMetrics:
             f"{p}_tier_latency_seconds", "Model call latency by tier", ["tier"],
             buckets=_LATENCY_BUCKETS, registry=registry,
         )
+        self.replays = Counter(
+            f"{p}_idempotent_replays", "Requests answered from the Idempotency-Key table "
+            "(no model work)", ["tenant"], registry=registry,
+        )
         self.request_latency = Histogram(
             f"{p}_request_latency_seconds", "End-to-end request latency by answering tier",
             ["tier"], buckets=_LATENCY_BUCKETS, registry=registry,
@@ -88,6 +92,11 @@ class ApiMetrics:
             self.tier_latency.labels(tier=tier).observe(c.latency_s)
         self.request_eff_cost.observe(result.eff_cost)
         self.request_latency.labels(tier=answered).observe(latency_s)
+
+    def record_replay(self, tenant: str) -> None:
+        """A retried request answered with its first answer: a 200, but no routing counted twice."""
+        self.requests.labels(status="200", tenant=tenant).inc()
+        self.replays.labels(tenant=tenant).inc()
 
     def record_error(self, status: int, tenant: str | None = None) -> None:
         """A refused or failed request (4xx/5xx); ``tenant`` None before authentication."""

@@ -10,6 +10,13 @@ Request flow (:meth:`ServingCore.prepare` -> :meth:`route_batch` -> :meth:`respo
 authenticate and validate (4xx before any model work) -> route the batch (retrieve with
 read-your-writes, probe, escalate) -> the new turn-pairs are journaled (fsync) inside
 ``route_batch``, i.e. before any response leaves -> the flusher writes them to Milvus.
+
+With an ``Idempotency-Key`` (:meth:`ServingCore.begin` between prepare and routing): a key
+already answered replays its first answer (no model call, no second turn-pair); otherwise the
+request claims it, and :meth:`respond` records the answer (fsync'd, after the turn-pair's journal
+commit, before the response leaves); a failure drops the claim so a retry runs again. A keyed
+request's turn-pair id derives from the key, so even a retry that runs again (the answer was
+not recorded: a crash in between) replaces its pair instead of adding one.
 """
 
 from __future__ import annotations
@@ -18,17 +25,25 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from memroute.accounting.cost import Pricing
-from memroute.api.handler import ApiResponse, ChatApi, PreparedChat
+from memroute import build
+from memroute.api.handler import IDEMPOTENCY_HEADER, ApiResponse, ChatApi, PreparedChat
 from memroute.api.metrics import ApiMetrics, render
 from memroute.api.tenancy import ApiKeys
-from memroute.config.serve import ServeConfig, check_serve_config, ordered_tiers
+from memroute.config.schema import ordered_cascade
+from memroute.config.serve import ServeConfig, check_serve_config
+from memroute.journal.idempotency import (
+    Conflict,
+    Existing,
+    IdempotencyConflict,
+    IdempotencyStore,
+    InProgress,
+    Started,
+)
 from memroute.llm.base import Backend
-from memroute.routing.router import Router, Tier
-from memroute.types import RouteResult, TurnPair
+from memroute.routing.router import RouteRequest
+from memroute.types import RouteResult, TurnPair, stable_id
 
 log = logging.getLogger(__name__)
 
@@ -43,36 +58,32 @@ class ServingCore:
     ) -> None:
         from prometheus_client import CollectorRegistry
 
-        from memroute.embedding import build_encoder
-        from memroute.journal import Flusher, Journal, JournaledRetriever
-        from memroute.llm.assets import AssetStore
-        from memroute.memory import MilvusMemoryStore
-        from memroute.retrieval.retriever import HybridRetriever
+        from memroute.journal import Flusher, JournaledRetriever
 
         check_serve_config(cfg)
-        tiers_cfg = ordered_tiers(cfg)
-        if len(backends) != len(tiers_cfg):
-            raise ValueError(f"{len(tiers_cfg)} tiers configured but {len(backends)} back ends given")
+        models = ordered_cascade(cfg.cascade)
+        if len(backends) != len(models):
+            raise ValueError(f"{len(models)} tiers configured but {len(backends)} back ends given")
         self.cfg = cfg
         self.keys = ApiKeys.from_api_config(cfg.api, environ=environ)  # fails early without keys
         self.registry = CollectorRegistry()
         self.api = ChatApi(cfg.api, self.keys, ApiMetrics(self.registry))
 
-        assets = AssetStore(cfg.assets.cache_dir, pip=cfg.assets.pip)
-        self.encoder = build_encoder(cfg.embedder, assets)
-        self.store = MilvusMemoryStore(cfg.memory, self.encoder.dim)
-        self.retriever = HybridRetriever(self.encoder, self.store, cfg.retrieval)
-        # Absolute: a Ray replica's working directory is not the one the config was written for.
-        self.journal = Journal(Path(cfg.journal.path).expanduser().resolve())
+        mem = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, build.asset_store(cfg.assets))
+        self.encoder, self.store, self.retriever = mem.encoder, mem.store, mem.retriever
+        self.journal = build.journal(cfg.journal)
+        self.idempotency = IdempotencyStore(
+            self.journal.path, ttl_s=cfg.journal.idempotency_ttl_s,
+            lease_s=cfg.journal.idempotency_lease_s,
+        )
+        self._claims: dict[int, Started] = {}  # id(PreparedChat) -> its claim, until answered
+        self._claims_lock = threading.Lock()
         self._last_store_flush = 0.0
         self._flush_lock = threading.Lock()
         self.flusher = Flusher.from_config(self.journal, self._write_to_store, cfg.journal)
-        tiers = [
-            Tier(t.model.name, b, Pricing(t.model.params_b, t.model.usd_per_m_input, t.model.usd_per_m_output))
-            for t, b in zip(tiers_cfg, backends)
-        ]
-        self.router = Router(
-            tiers, cfg.router, cfg.retrieval, retriever=JournaledRetriever(self.retriever, self.journal)
+        self.router = build.router(
+            build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
+            JournaledRetriever(self.retriever, self.journal),
         )
         self.flusher.start()  # replays whatever a previous process acknowledged but did not flush
         self.started_at = time.time()
@@ -91,20 +102,81 @@ class ServingCore:
 
     # -- request flow ------------------------------------------------------------------------
 
-    def prepare(self, body: Any, authorization: str | None) -> PreparedChat:
-        return self.api.prepare(body, authorization)
+    def prepare(
+        self, body: Any, authorization: str | None, idempotency_key: str | None = None
+    ) -> PreparedChat:
+        return self.api.prepare(body, authorization, idempotency_key)
+
+    def begin(self, prepared: PreparedChat) -> ApiResponse | None:
+        """The first answer again when the request's key has one (a replay); None when there
+        is no key or this request now holds it: route it, then :meth:`respond` (or
+        :meth:`error` / :meth:`release`, which drop the claim). Blocks up to
+        ``journal.idempotency_wait_s`` while a duplicate is in progress; 409 after that, or
+        when the key was used with a different body."""
+        key = prepared.idempotency_key
+        if key is None:
+            return None
+        outcome = self.idempotency.begin(
+            prepared.tenant, key, prepared.body_hash or "",
+            wait_s=self.cfg.journal.idempotency_wait_s,
+        )
+        if isinstance(outcome, Existing):
+            return self.api.replay(outcome.response, prepared.tenant)
+        if isinstance(outcome, Conflict):
+            raise IdempotencyConflict(
+                "Idempotency-Key: the key was used with a different request",
+                field=IDEMPOTENCY_HEADER,
+            )
+        if isinstance(outcome, InProgress):
+            raise IdempotencyConflict(
+                "Idempotency-Key: a request with this key is still in progress; retry later",
+                field=IDEMPOTENCY_HEADER,
+            )
+        with self._claims_lock:
+            self._claims[id(prepared)] = outcome
+        return None
 
     def route_batch(self, prepared: Sequence[PreparedChat]) -> list[RouteResult]:
         """Route requests together (one embedding call, one engine batch per tier)."""
-        return self.router.route_many([p.route_request() for p in prepared])
+        return self.router.route_many([route_request(p) for p in prepared])
 
     def respond(self, prepared: PreparedChat, result: RouteResult, *, latency_s: float) -> ApiResponse:
-        return self.api.respond(prepared, result, latency_s=latency_s)
+        """The response; a claimed key records it first (a fsync), so a retry finds it."""
+        resp = self.api.respond(prepared, result, latency_s=latency_s)
+        claim = self._take_claim(prepared)
+        if claim is not None:
+            try:
+                self.idempotency.complete(claim, resp.to_json())
+            except Exception:  # the answer stands; a retry would run again
+                log.exception("could not record the answer of an idempotency key")
+                self._forget(claim)
+        return resp
 
-    def error(self, exc: BaseException, *, tenant: str | None = None) -> ApiResponse:
+    def error(
+        self, exc: BaseException, *, tenant: str | None = None, prepared: PreparedChat | None = None
+    ) -> ApiResponse:
+        """The error response; a claim ``prepared`` holds is dropped (never cache a failure)."""
+        if prepared is not None:
+            self.release(prepared)
         if not getattr(exc, "status", None):
             log.exception("request failed", exc_info=exc)
         return self.api.error(exc, tenant=tenant)
+
+    def release(self, prepared: PreparedChat) -> None:
+        """Drop the request's claim unless answered (a failure, a cancellation); idempotent."""
+        claim = self._take_claim(prepared)
+        if claim is not None:
+            self._forget(claim)
+
+    def _take_claim(self, prepared: PreparedChat) -> Started | None:
+        with self._claims_lock:
+            return self._claims.pop(id(prepared), None)
+
+    def _forget(self, claim: Started) -> None:
+        try:
+            self.idempotency.forget(claim)
+        except Exception:  # the claim then expires with its lease
+            log.exception("could not drop the claim of an idempotency key")
 
     def models(self, authorization: str | None) -> ApiResponse:
         return self.api.models(authorization)
@@ -151,4 +223,13 @@ class ServingCore:
         if left:
             log.warning("%d journaled turn-pairs not yet in the store; they replay on next start", left)
         self.store.close()
+        self.idempotency.close()
         self.journal.close()
+
+
+def route_request(prepared: PreparedChat) -> RouteRequest:
+    """The API's plain values (namespace, query) as the Router's request: the API layer knows
+    nothing of routing. A keyed request's turn index (so its pair id) comes from the key."""
+    key = prepared.idempotency_key
+    turn = stable_id(IDEMPOTENCY_HEADER, key) if key is not None else None
+    return RouteRequest(user_id=prepared.user_id, query=prepared.chat.query, turn_index=turn)

@@ -1,0 +1,186 @@
+"""``Idempotency-Key`` over real HTTP: the Serve app with two ``engine: mock`` tiers (a loopback
+Ray node, MiniLM, Milvus Lite, the journal in a tmp dir) and the ``openai`` client.
+
+A retried request gets the first answer and its turn-pair is stored once, also when the retry
+arrives while the first is still routing; a different body under the same key is a 409; keys
+are per tenant. Set-up as in ``test_serve_mock.py`` (its own module-scoped app).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
+KEY = "sk-acme"
+TIMEOUT = 60.0
+TIER0_RULES = [{"match": "(?i)^why\\b", "logprob": -2.5}]  # "why" escalates to tier 1
+SLOW_TIER_S = 1.0  # tier 1's latency: the window in which a duplicate arrives
+BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mock_serve_config(tmp, port: int):
+    from memroute.config.api import ApiConfig
+    from memroute.config.journal import JournalConfig
+    from memroute.config.schema import MemoryConfig, ModelConfig, RouterConfig
+    from memroute.config.serve import (
+        AutoscalingConfig,
+        HttpConfig,
+        IngressConfig,
+        ServeConfig,
+        TierDeployConfig,
+    )
+
+    small = ModelConfig(
+        name="mock-small", engine="mock", params_b=0.5,
+        engine_args={"logprob": -0.05, "rules": TIER0_RULES},
+    )
+    large = ModelConfig(
+        name="mock-large", engine="mock", params_b=8.0,
+        engine_args={"answer": "Large answer.", "logprob": -0.01, "latency_s": SLOW_TIER_S},
+    )
+    one = AutoscalingConfig(min_replicas=1, max_replicas=1)
+    return ServeConfig(
+        http=HttpConfig(port=port),
+        ingress=IngressConfig(num_cpus=0.25, autoscaling=one),
+        cascade={"0": small, "1": large},
+        deploy={str(i): TierDeployConfig(num_cpus=0.25, autoscaling=one) for i in range(2)},
+        memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_idem"),
+        router=RouterConfig(tau=0.5, max_tokens=24),
+        journal=JournalConfig(path=str(tmp / "journal.sqlite3"), idempotency_wait_s=20.0),
+        api=ApiConfig(api_keys=dict(KEYS)),
+        blocking=False,
+    )
+
+
+def wait_healthy(url: str, timeout: float = 120.0) -> dict:
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/healthz", timeout=10)
+            if r.status_code == 200 and r.json().get("status") == "ok":
+                return r.json()
+            last = r.text
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"the app did not become healthy at {url}: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback-only node
+    import ray
+    from ray import serve
+
+    from serve.app import build_app
+
+    ray_was_up = ray.is_initialized()
+    if not ray_was_up:
+        # "local": a node of its own, never another session's cluster found on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray_up = time.perf_counter()
+    port = free_port()
+    cfg = mock_serve_config(tmp_path_factory.mktemp("serve-idem"), port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        serve.start(
+            http_options={"host": "127.0.0.1", "port": port},
+            logging_config={"enable_access_log": False},
+        )
+        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False)
+        wait_healthy(url)
+        print(f"\n[serve-idem] deploy {time.perf_counter() - ray_up:.1f}s")
+        yield {"url": url, "ray_up": ray_up}
+    finally:
+        serve.shutdown()
+        if not ray_was_up and ray.is_initialized():
+            ray.shutdown()
+
+
+def ask(url: str, user: str, text: str, key: str | None, api_key: str = KEY):
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, timeout=TIMEOUT, max_retries=0)
+    headers = {"Idempotency-Key": key} if key is not None else {}
+    raw = client.chat.completions.with_raw_response.create(
+        model="memroute", user=user, messages=[{"role": "user", "content": text}],
+        extra_headers=headers,
+    )
+    return raw, raw.parse()
+
+
+def stored(url: str, user: str, api_key: str = KEY) -> int:
+    auth = {"Authorization": f"Bearer {api_key}"}
+    assert httpx.post(f"{url}/admin/drain", headers=auth, timeout=TIMEOUT).json() == {"drained": True}
+    body = httpx.get(f"{url}/admin/memories", params={"user": user}, headers=auth,
+                     timeout=TIMEOUT).json()
+    return body["count"] + body["pending"]
+
+
+def same_answer(a, b) -> None:
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert a.model_extra["memroute"] == b.model_extra["memroute"]
+    assert a.usage == b.usage and a.id == b.id
+
+
+def test_idempotency_keys_over_http(app):
+    url = app["url"]
+
+    # -- a retry: the first answer again, replayed (no model work), one stored pair
+    raw1, first = ask(url, "replayer", "What is the capital of France?", "run-7:req-1")
+    raw2, again = ask(url, "replayer", "What is the capital of France?", "run-7:req-1")
+    same_answer(first, again)
+    assert "idempotent-replayed" not in raw1.headers
+    assert raw2.headers["idempotent-replayed"] == "true"
+    assert raw2.headers["x-memroute-tier"] == raw1.headers["x-memroute-tier"]
+    assert stored(url, "replayer") == 1
+
+    # -- the same key with another body: 409 naming the header; a bad key: 400
+    with pytest.raises(openai.ConflictError) as e:
+        ask(url, "replayer", "Something else entirely?", "run-7:req-1")
+    assert e.value.status_code == 409 and e.value.param == "idempotency-key"
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(url, "replayer", "Hello?", "k" * 256)
+    assert e.value.param == "idempotency-key"
+
+    # -- per tenant: globex's request under acme's key is its own
+    raw3, other = ask(url, "replayer", "What is the capital of France?", "run-7:req-1",
+                      api_key="sk-globex")
+    assert "idempotent-replayed" not in raw3.headers and other.id != first.id
+    assert stored(url, "replayer", api_key="sk-globex") == 1
+
+    # -- concurrent duplicates: the second arrives while the first routes (tier 1 is slow)
+    out: list = [None, None]
+
+    def run(i: int) -> None:
+        out[i] = ask(url, "racer", "Why is the sky blue?", "run-7:req-2")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+        time.sleep(0.2)
+    for t in threads:
+        t.join(TIMEOUT)
+    assert all(o is not None for o in out)
+    same_answer(out[0][1], out[1][1])
+    assert out[0][1].model_extra["memroute"]["escalated"]
+    assert sum("idempotent-replayed" in raw.headers for raw, _ in out) == 1
+    assert time.perf_counter() - t0 < 2 * SLOW_TIER_S + 5  # the duplicate waited, not re-ran
+    assert stored(url, "racer") == 1
+
+    elapsed = time.perf_counter() - app["ray_up"]
+    print(f"\n[serve-idem] deploy + requests: {elapsed:.1f}s")
+    assert elapsed < BUDGET_S
