@@ -73,6 +73,15 @@ def register_configs() -> None:
     from memroute.config.cost_report import CostReportConfig
 
     cs.store(name="cost_report_schema", node=CostReportConfig)
+    from memroute.config.make_trace import MakeTraceConfig
+
+    cs.store(name="make_trace_schema", node=MakeTraceConfig)
+    from memroute.config.replay import ReplayConfig
+
+    cs.store(name="replay_schema", node=ReplayConfig)
+    from memroute.config.calibrate import CalibrateConfig
+
+    cs.store(name="calibrate_schema", node=CalibrateConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name=f"{group}_schema", node=schema)
 

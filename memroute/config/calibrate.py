@@ -1,0 +1,33 @@
+"""Schema of the calibration job (conf/calibrate.yaml): tau from a replay's shadow samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from memroute.errors import ConfigError
+
+
+@dataclass
+class CalibrateConfig:
+    run_id: Optional[str] = None  # a replay run folder under output_dir, replayed with shadow_share > 0
+    run_dir: Optional[str] = None  # or the folder itself
+    output_dir: str = ".memroute/replays"
+    # The quality target: an absolute F1 (0..1), or a share of the last tier's own F1 (default 0.95).
+    target_f1: Optional[float] = None
+    target_share: Optional[float] = 0.95
+    baseline_tau: float = 0.5  # what the calibrated tau is compared with on the held-out users
+
+
+def check_calibrate_config(cfg: CalibrateConfig) -> CalibrateConfig:
+    if not cfg.run_id and not cfg.run_dir:
+        raise ConfigError("set run_id=<replay run> (or run_dir=<folder>)", field="run_id")
+    if cfg.target_f1 is not None:
+        if not 0.0 <= cfg.target_f1 <= 1.0:
+            raise ConfigError(f"target_f1 must be in [0, 1], got {cfg.target_f1}", field="target_f1")
+        cfg.target_share = None  # an absolute target replaces the default share
+    elif cfg.target_share is None or not 0.0 < cfg.target_share <= 1.5:
+        raise ConfigError(f"target_share must be in (0, 1.5], got {cfg.target_share}", field="target_share")
+    if not 0.0 <= cfg.baseline_tau <= 1.0:
+        raise ConfigError(f"baseline_tau must be in [0, 1], got {cfg.baseline_tau}", field="baseline_tau")
+    return cfg

@@ -1,0 +1,84 @@
+"""Schema of the replay job (conf/replay.yaml): a recorded trace through memroute and baselines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from memroute.config.schema import (
+    AssetsConfig,
+    EmbedderConfig,
+    MemoryConfig,
+    ModelConfig,
+    RetrievalConfig,
+    RouterConfig,
+    TrackingConfig,
+)
+from memroute.errors import ConfigError
+
+DEFAULT_STRATEGIES = ["memroute", "always_large", "always_small", "cascade_no_memory", "semantic_cache"]
+
+
+@dataclass
+class ReplayConfig:
+    trace: Optional[str] = None  # a trace file (docs/TRACES.md): .jsonl or .parquet
+    target: str = "inprocess"  # inprocess | http://127.0.0.1:8000 (a running memroute endpoint)
+    strategies: list[str] = field(default_factory=lambda: list(DEFAULT_STRATEGIES))
+    concurrency: int = 8  # users in flight at once (a user's requests stay in order)
+    limit: Optional[int] = None  # replay only the first N requests
+    window: int = 200  # report window, in requests
+    cache_threshold: float = 0.9  # semantic_cache: cosine at or above which a past answer is reused
+    # memroute, in-process: every tier also answers alone on this share of the requests that have
+    # a reference (shadow.jsonl), for `python -m jobs.calibrate` and the confidently-wrong rate.
+    shadow_share: float = 0.0
+    run_id: Optional[str] = None  # resume this run (its folder under output_dir)
+    # Start memroute's memory from recorded history: a trace of answered turns (the ingest job's
+    # `traces` format), bulk-loaded by the Ray Data ingest pipeline before the replay.
+    warm_from: Optional[str] = None
+    output_dir: str = ".memroute/replays"
+    api_key_env: str = "MEMROUTE_API_KEY"  # http target: env var holding the API key
+    http_timeout_s: float = 300.0
+    volumes: dict[str, int] = field(default_factory=dict)  # monthly projection; empty: defaults
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
+    router: RouterConfig = field(default_factory=RouterConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    assets: AssetsConfig = field(default_factory=AssetsConfig)
+
+
+def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
+    """Refuse what cannot run, naming the field, before any model loads."""
+    if not cfg.trace and not cfg.run_id:
+        raise ConfigError("set trace=<file> (a .jsonl or .parquet trace), or run_id=<run> to resume",
+                          field="trace")
+    if not (cfg.target == "inprocess" or cfg.target.startswith(("http://", "https://"))):
+        raise ConfigError(f"target must be inprocess or an http(s):// URL, got {cfg.target!r}",
+                          field="target")
+    for name, value, low in (("concurrency", cfg.concurrency, 1), ("window", cfg.window, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}", field=name)
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError(f"limit must be >= 1, got {cfg.limit}", field="limit")
+    if not 0.0 < cfg.cache_threshold <= 1.0:
+        raise ConfigError(f"cache_threshold must be in (0, 1], got {cfg.cache_threshold}",
+                          field="cache_threshold")
+    if not 0.0 <= cfg.shadow_share <= 1.0:
+        raise ConfigError(f"shadow_share must be in [0, 1], got {cfg.shadow_share}", field="shadow_share")
+    if cfg.shadow_share and cfg.target != "inprocess":
+        raise ConfigError("shadow_share needs target=inprocess (every tier is called directly)",
+                          field="shadow_share")
+    if not cfg.strategies:
+        raise ConfigError("strategies is empty: name at least one (memroute, always_large, ...)",
+                          field="strategies")
+    if cfg.target != "inprocess" and cfg.strategies != ["memroute"]:
+        raise ConfigError("an http target replays the endpoint itself: set strategies=[memroute] "
+                          "(baselines run in-process)", field="strategies")
+    if cfg.warm_from and (cfg.target != "inprocess" or "memroute" not in cfg.strategies):
+        raise ConfigError("warm_from loads memroute's in-process memory: needs target=inprocess "
+                          "and memroute among the strategies", field="warm_from")
+    for name, n in cfg.volumes.items():
+        if n < 0:
+            raise ConfigError(f"volumes.{name} must be >= 0, got {n}", field=f"volumes.{name}")
+    return cfg

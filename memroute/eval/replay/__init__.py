@@ -1,0 +1,1 @@
+"""Replay of recorded traffic: strategies, the driver, scores and the amortization report."""

@@ -1,0 +1,110 @@
+"""What one replayed request cost and answered, whichever strategy or target served it.
+
+An :class:`Outcome` is read from the Router's :class:`~memroute.types.RouteResult` in-process, or
+from the ``memroute`` object of an HTTP response, so both targets fill the same columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memroute.accounting.cost import eff_cost
+from memroute.types import RouteResult
+
+CACHE_TIER = -1  # "tier" of an answer served from the semantic cache (no model called)
+
+
+@dataclass
+class Outcome:
+    answer: str
+    tier: int  # cascade index of the answering tier (CACHE_TIER: from the cache)
+    model: str
+    escalated: bool
+    confidences: list[float]
+    tokens_base: int
+    tokens_injected: int
+    tokens_output: int
+    eff_cost: float  # EffCost with each tier's own P (the stand-in sizes)
+    eff_cost_prod: float  # the same tokens priced as the production models
+    usd: float
+    latency_s: float  # model time (sum over the calls)
+    memory_ids: list[str] = field(default_factory=list)
+    calls: int = 1
+    cache_hit: bool = False
+
+    @property
+    def tokens_in(self) -> int:
+        return self.tokens_base + self.tokens_injected
+
+
+@dataclass(frozen=True)
+class TierPrice:
+    """How one cascade slot is priced: its own P, the production P it stands in for, USD."""
+
+    params_b: float
+    prod_params_b: float
+    usd_per_m_input: float = 0.0
+    usd_per_m_output: float = 0.0
+
+    def usd(self, tokens_in: int, tokens_out: int) -> float:
+        return (tokens_in * self.usd_per_m_input + tokens_out * self.usd_per_m_output) / 1e6
+
+
+def from_route_result(
+    result: RouteResult, prices: Sequence[TierPrice], tier_index: Sequence[int]
+) -> Outcome:
+    """``tier_index[i]``: the cascade slot of the router's tier i (a one-tier router over the
+    large model answers as cascade slot 1, not 0)."""
+    d = result.decision
+    prod = usd = 0.0
+    for c in result.calls:
+        price = prices[tier_index[c.tier]]
+        prod += eff_cost(c.input_tokens, c.output_tokens, price.prod_params_b)
+        usd += price.usd(c.input_tokens, c.output_tokens)
+    return Outcome(
+        answer=result.answer,
+        tier=tier_index[d.answered_tier],
+        model=d.answered_model,
+        escalated=d.escalated,
+        confidences=list(d.confidences),
+        tokens_base=sum(c.base_prompt_tokens for c in result.calls),
+        tokens_injected=sum(c.injected_tokens for c in result.calls),
+        tokens_output=sum(c.output_tokens for c in result.calls),
+        eff_cost=result.eff_cost,
+        eff_cost_prod=prod,
+        usd=usd,
+        latency_s=sum(c.latency_s for c in result.calls),
+        memory_ids=[str(h.memory.id) for h in d.memories],
+        calls=len(result.calls),
+    )
+
+
+def from_memroute_report(answer: str, report: Mapping[str, Any], prices: Sequence[TierPrice]) -> Outcome:
+    """The ``memroute`` object of an HTTP response (``memroute.api.responses.memroute_report``)."""
+    calls = report.get("calls") or []
+    prod = usd = 0.0
+    for c in calls:
+        price = prices[min(int(c["tier"]), len(prices) - 1)]
+        t = c["tokens"]
+        tokens_in = int(t["base"]) + int(t["injected"])
+        prod += eff_cost(tokens_in, int(t["output"]), price.prod_params_b)
+        usd += price.usd(tokens_in, int(t["output"]))
+    tokens = report["tokens"]
+    return Outcome(
+        answer=answer,
+        tier=int(report["tier"]),
+        model=str(report["model"]),
+        escalated=bool(report["escalated"]),
+        confidences=[float(c) for c in report["confidences"]],
+        tokens_base=int(tokens["base"]),
+        tokens_injected=int(tokens["injected"]),
+        tokens_output=int(tokens["output"]),
+        eff_cost=float(report["eff_cost"]),
+        eff_cost_prod=prod,
+        usd=usd,
+        latency_s=sum(float(ms) for ms in report.get("latency_ms", [])) / 1000.0,
+        memory_ids=[str(i) for i in report["memories_used"]["ids"]],
+        calls=len(calls),
+    )

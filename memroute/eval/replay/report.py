@@ -1,0 +1,167 @@
+"""The amortization report of a replay: do cost and quality improve as memory accumulates?
+
+Per window of ``window`` requests (the same boundaries for every strategy): escalation rate,
+EffCost per request (stand-in and production prices), F1 over the requests with a reference,
+memory hit rate (gold evidence among the injected memories), stale-answer rate (closer to a
+superseded value), latency p50 / p95 of the model calls; the same split by kind; the last window
+against the first; the break-even request after which memroute's cumulative cost stays below each
+baseline's; and the monthly projection of the measured mix. Markdown + PNG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import polars as pl
+
+from memroute.accounting.projection import DEFAULT_VOLUMES
+from memroute.eval.report import to_markdown
+
+REPORT = "report.md"
+WINDOWS_CSV = "windows.csv"
+PLOT = "amortization.png"
+MAIN = "memroute"
+
+
+def metrics(group: Sequence[str]) -> list[pl.Expr]:
+    """Aggregations shared by every table (scored-only means ignore nulls)."""
+    return [
+        pl.len().alias("n"),
+        (pl.col("escalated").mean() * 100).round(1).alias("esc %"),
+        pl.col("eff_cost").mean().round(1).alias("EffCost/req"),
+        pl.col("eff_cost_prod").mean().round(0).alias("EffCost@prod/req"),
+        (pl.col("f1").mean() * 100).round(1).alias("F1"),
+        (pl.col("evidence_hit").cast(pl.Float64).mean() * 100).round(1).alias("mem hit %"),
+        (pl.col("stale").cast(pl.Float64).mean() * 100).round(1).alias("stale %"),
+        (pl.col("latency_s").quantile(0.5) * 1000).round(0).alias("p50 ms"),
+        (pl.col("latency_s").quantile(0.95) * 1000).round(0).alias("p95 ms"),
+    ]
+
+
+def windows(rows: pl.DataFrame, window: int) -> pl.DataFrame:
+    return (
+        rows.with_columns((pl.col("seq") // window).alias("window"))
+        .group_by("strategy", "window", maintain_order=True)
+        .agg(*metrics(()))
+        .sort("strategy", "window")
+    )
+
+
+def first_last(win: pl.DataFrame, strategies: Sequence[str]) -> pl.DataFrame:
+    """Each strategy's first and last window side by side, and last / first as a ratio."""
+    out = []
+    for s in strategies:
+        w = win.filter(pl.col("strategy") == s).sort("window")
+        if w.height == 0:
+            continue
+        first, last = w.row(0, named=True), w.row(-1, named=True)
+        rec: dict[str, object] = {"strategy": s}
+        for col in ("esc %", "EffCost@prod/req", "F1"):
+            rec[f"{col} first"] = first[col]
+            rec[f"{col} last"] = last[col]
+            rec[f"{col} last/first"] = (
+                round(last[col] / first[col], 2) if first[col] not in (None, 0) and last[col] is not None else None
+            )
+        out.append(rec)
+    return pl.DataFrame(out)
+
+
+def break_even(rows: pl.DataFrame, baseline: str, main: str = MAIN) -> int | None:
+    """The first request (seq) from which memroute's cumulative EffCost@prod stays at or below
+    ``baseline``'s to the end of the trace; None if it never does."""
+    a = rows.filter(pl.col("strategy") == main).sort("seq").select("seq", "eff_cost_prod")
+    b = rows.filter(pl.col("strategy") == baseline).sort("seq").select("seq", "eff_cost_prod")
+    both = a.join(b, on="seq", suffix="_b").sort("seq")
+    if both.height == 0:
+        return None
+    below = (both["eff_cost_prod"].cum_sum() <= both["eff_cost_prod_b"].cum_sum()).to_list()
+    if not below[-1]:
+        return None
+    k = len(below) - 1
+    while k > 0 and below[k - 1]:
+        k -= 1
+    return int(both["seq"][k])
+
+
+def projection(rows: pl.DataFrame, volumes: Mapping[str, int] | None) -> pl.DataFrame:
+    """Monthly EffCost@prod and USD of each strategy at the measured per-request means."""
+    vols = dict(DEFAULT_VOLUMES if volumes is None else volumes)
+    per = rows.group_by("strategy", maintain_order=True).agg(
+        pl.col("eff_cost_prod").mean().alias("prod"), pl.col("usd").mean().alias("usd"))
+    recs = []
+    for r in per.iter_rows(named=True):
+        rec: dict[str, object] = {"strategy": r["strategy"]}
+        for name, n in vols.items():
+            rec[f"{name} EffCost@prod/month"] = round(r["prod"] * n)
+            rec[f"{name} USD/month"] = round(r["usd"] * n, 2)
+        recs.append(rec)
+    return pl.DataFrame(recs)
+
+
+def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
+                 volumes: Mapping[str, int] | None = None,
+                 strategies: Sequence[str] | None = None) -> tuple[str, list[str]]:
+    """Markdown (returned and written) and the plot; returns (report, file names written)."""
+    strategies = list(strategies or rows["strategy"].unique(maintain_order=True).to_list())
+    win = windows(rows, window)
+    win.write_csv(run_dir / WINDOWS_CSV)
+    overall = rows.group_by("strategy", maintain_order=True).agg(*metrics(())).sort(
+        pl.col("strategy").replace_strict({s: i for i, s in enumerate(strategies)}, default=99))
+    by_kind = (rows.group_by("strategy", "kind", maintain_order=True).agg(*metrics(()))
+               .sort("strategy", "kind"))
+    n_windows = int(rows["seq"].max() // window) + 1 if rows.height else 0
+    parts = [
+        f"## replay: {rows['seq'].n_unique()} requests, {len(strategies)} strategies, "
+        f"{n_windows} windows of {window}",
+        "Whole trace per strategy (F1 over requests with a reference; mem hit %: gold evidence "
+        "among the injected memories; stale %: answers closer to a superseded value):",
+        to_markdown(overall),
+        "First and last window:",
+        to_markdown(first_last(win, strategies)),
+    ]
+    if MAIN in strategies:
+        lines = []
+        for b in strategies:
+            if b == MAIN:
+                continue
+            k = break_even(rows, b)
+            lines.append(f"- vs {b}: " + ("never within the trace" if k is None else f"from request {k}"))
+        parts += ["Break-even (memroute's cumulative EffCost@prod at or below the baseline's to the end):",
+                  "\n".join(lines)]
+    parts += ["Per kind:", to_markdown(by_kind),
+              "Monthly projection at the measured per-request means:",
+              to_markdown(projection(rows, volumes)),
+              f"Per window: {WINDOWS_CSV}; curves: {PLOT}"]
+    report = "\n\n".join(parts)
+    (run_dir / REPORT).write_text(report + "\n")
+    plot(rows, win, run_dir / PLOT, strategies)
+    return report, [REPORT, WINDOWS_CSV, PLOT]
+
+
+def plot(rows: pl.DataFrame, win: pl.DataFrame, path: Path, strategies: Sequence[str]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    panels = [("esc %", "escalation rate (%)"), ("EffCost@prod/req", "EffCost@prod per request"),
+              ("F1", "F1 (%)")]
+    for ax, (col, title) in zip(axes.flat, panels):
+        for s in strategies:
+            w = win.filter(pl.col("strategy") == s).sort("window")
+            ax.plot(w["window"].to_list(), w[col].to_list(), marker="o", label=s)
+        ax.set_title(title)
+        ax.set_xlabel("window")
+    ax = axes.flat[3]
+    for s in strategies:
+        r = rows.filter(pl.col("strategy") == s).sort("seq")
+        ax.plot(r["seq"].to_list(), r["eff_cost_prod"].cum_sum().to_list(), label=s)
+    ax.set_title("cumulative EffCost@prod")
+    ax.set_xlabel("request")
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

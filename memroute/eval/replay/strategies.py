@@ -1,0 +1,194 @@
+"""What a user could run on the same traffic: memroute and the baselines it must beat.
+
+Each strategy answers a wave of requests (distinct users, in trace order) and returns one
+:class:`~memroute.eval.replay.outcome.Outcome` per request. The routed ones all run the one
+:class:`~memroute.routing.router.Router` class, with memory and routing switched as named:
+
+=================  ==========================================================================
+memroute           memory + confidence routing; every answered turn is stored (cross-model)
+cascade_no_memory  confidence routing alone, no memory
+always_small       the first tier, no memory
+always_large       the last tier, no memory
+semantic_cache     GPTCache-style: a past query of the same user within ``cache_threshold``
+                   cosine returns that answer as is; otherwise the last tier answers and is
+                   cached. Shown honestly on updated facts (it returns the stale answer) and on
+                   paraphrases (they may miss the cache).
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import numpy as np
+
+from memroute.config.schema import RetrievalConfig, RouterConfig
+from memroute.datasets.records import TraceRequest
+from memroute.eval.replay.outcome import CACHE_TIER, Outcome, TierPrice, from_route_result
+from memroute.eval.replay.scoring import best_f1
+from memroute.namespace import namespace
+from memroute.registry import Registry
+from memroute.routing.router import MemoryRetriever, RouteRequest, Router, Tier
+
+
+Wave = Sequence[tuple[int, TraceRequest]]  # (row number in the trace, request)
+
+
+class Strategy(Protocol):
+    name: str
+    stores_memory: bool  # its answers become memories (evidence hits are measured only then)
+
+    def answer_many(self, wave: Wave) -> list[Outcome]: ...
+
+
+def route_request(seq: int, req: TraceRequest) -> RouteRequest:
+    """The Router's request for trace row ``seq``: the user's namespace, the trace's session and
+    time, and the row number as turn index (so a stored answer's id is known in advance)."""
+    return RouteRequest(
+        user_id=namespace(req.tenant, req.user_id), query=req.query, session_time=int(req.ts),
+        session_id=req.session_id, turn_index=seq,
+    )
+
+
+@dataclass
+class StrategyParts:
+    """What the strategies are built from (made once per strategy by the replay run)."""
+
+    tiers: list[Tier]
+    prices: list[TierPrice]
+    router: RouterConfig
+    retrieval: RetrievalConfig
+    retriever: MemoryRetriever | None  # a fresh store per strategy: none shares memory
+    encoder: Callable[[Sequence[str]], np.ndarray] | None = None  # semantic cache
+    cache_threshold: float = 0.9
+
+
+class RoutedStrategy:
+    def __init__(self, name: str, parts: StrategyParts, tier_slots: Sequence[int], *,
+                 memory: bool, routing: bool) -> None:
+        self.name = name
+        self.stores_memory = memory
+        self.slots = list(tier_slots)
+        cfg = replace(parts.router, use_memory=memory, use_routing=routing, store_answers=memory)
+        self.router = Router([parts.tiers[i] for i in self.slots], cfg, parts.retrieval,
+                             parts.retriever if memory else None)
+        self.prices = parts.prices
+
+    def answer_many(self, wave: Wave) -> list[Outcome]:
+        results = self.router.route_many([route_request(seq, req) for seq, req in wave])
+        return [from_route_result(r, self.prices, self.slots) for r in results]
+
+
+class SemanticCache:
+    """Per-user cache of (query vector, answer); lookups see the answers of earlier waves."""
+
+    def __init__(self, name: str, parts: StrategyParts) -> None:
+        if parts.encoder is None:
+            raise ValueError("semantic_cache needs an encoder")
+        self.name = name
+        self.stores_memory = False
+        self.encode = parts.encoder
+        self.threshold = parts.cache_threshold
+        self.large = RoutedStrategy(name, parts, [len(parts.tiers) - 1], memory=False, routing=False)
+        self.vectors: dict[str, list[np.ndarray]] = {}
+        self.answers: dict[str, list[Outcome]] = {}
+
+    def answer_many(self, wave: Wave) -> list[Outcome]:
+        vecs = _unit(np.asarray(self.encode([req.query for _, req in wave]), dtype=np.float32))
+        users = [namespace(req.tenant, req.user_id) for _, req in wave]
+        out: list[Outcome | None] = [None] * len(wave)
+        misses: list[int] = []
+        for i, (user, v) in enumerate(zip(users, vecs)):
+            past = self.vectors.get(user)
+            if past:
+                sims = np.stack(past) @ v
+                best = int(np.argmax(sims))
+                if float(sims[best]) >= self.threshold:
+                    out[i] = _cached(self.answers[user][best].answer, float(sims[best]))
+                    continue
+            misses.append(i)
+        if misses:
+            for i, o in zip(misses, self.large.answer_many([wave[i] for i in misses])):
+                out[i] = o
+                self.vectors.setdefault(users[i], []).append(vecs[i])
+                self.answers.setdefault(users[i], []).append(o)
+        return [o for o in out if o is not None]
+
+
+def _cached(answer: str, similarity: float) -> Outcome:
+    return Outcome(answer=answer, tier=CACHE_TIER, model="cache", escalated=False,
+                   confidences=[similarity], tokens_base=0, tokens_injected=0, tokens_output=0,
+                   eff_cost=0.0, eff_cost_prod=0.0, usd=0.0, latency_s=0.0, calls=0, cache_hit=True)
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.where(norms == 0, 1.0, norms)
+
+
+StrategyBuilder = Callable[[str, StrategyParts], Strategy]
+STRATEGIES: Registry[StrategyBuilder] = Registry("replay strategy")
+
+
+@STRATEGIES.register("memroute")
+def _memroute(name: str, parts: StrategyParts) -> Strategy:
+    return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=True, routing=True)
+
+
+@STRATEGIES.register("cascade_no_memory")
+def _cascade(name: str, parts: StrategyParts) -> Strategy:
+    return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=False, routing=True)
+
+
+@STRATEGIES.register("always_small")
+def _small(name: str, parts: StrategyParts) -> Strategy:
+    return RoutedStrategy(name, parts, [0], memory=False, routing=False)
+
+
+@STRATEGIES.register("always_large")
+def _large(name: str, parts: StrategyParts) -> Strategy:
+    return RoutedStrategy(name, parts, [len(parts.tiers) - 1], memory=False, routing=False)
+
+
+@STRATEGIES.register("semantic_cache")
+def _cache(name: str, parts: StrategyParts) -> Strategy:
+    return SemanticCache(name, parts)
+
+
+def needs_memory(name: str) -> bool:
+    return name == "memroute"
+
+
+class ShadowRecorder:
+    """Every tier alone, with the memories the routed request will see, on a sampled share of
+    requests (before the routed call, so the memory is the same): the calibration's samples."""
+
+    def __init__(self, parts: StrategyParts, share: float) -> None:
+        cfg = replace(parts.router, use_routing=False, store_answers=False)
+        self.routers = [Router([t], cfg, parts.retrieval, parts.retriever if cfg.use_memory else None)
+                        for t in parts.tiers]
+        self.share = share
+
+    def sampled(self, request_id: str) -> bool:
+        digest = hashlib.sha256(request_id.encode()).digest()
+        return int.from_bytes(digest[:4], "big") / 2**32 < self.share
+
+    def record(self, wave: Wave) -> list[dict[str, object]]:
+        chosen = [(seq, req) for seq, req in wave if self.sampled(req.request_id) and req.references]
+        if not chosen:
+            return []
+        per_tier = [r.route_many([route_request(s, q) for s, q in chosen]) for r in self.routers]
+        rows = []
+        for k, (seq, req) in enumerate(chosen):
+            results = [tier_results[k] for tier_results in per_tier]
+            rows.append({
+                "request_id": req.request_id, "seq": seq, "user_id": namespace(req.tenant, req.user_id),
+                "kind": req.kind, "answers": [r.answer for r in results],
+                "confidences": [r.decision.confidences[0] for r in results],
+                "f1": [best_f1(r.answer, req.references) for r in results],
+                "eff_cost": [r.eff_cost for r in results],
+            })
+        return rows

@@ -1,0 +1,72 @@
+"""Calibration from a hand-built shadow log: the known-best tau is picked, judged on held-out
+users, and the override is written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memroute.config.calibrate import CalibrateConfig
+from memroute.errors import ConfigError
+from memroute.eval.replay.calibrate import ShadowSample, evaluate, pick_tau, split_users
+from memroute.eval.replay.calibrate_run import run_calibration
+
+CONFS = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def sample(i: int, user: str, c: float) -> ShadowSample:
+    # The small tier is right exactly when its confidence is >= 0.6; the large one always is.
+    right = c >= 0.6
+    return ShadowSample(f"r{i}", user, ("ZX-4471" if right else "no idea", "ZX-4471"), (c, 0.99),
+                        (1.0 if right else 0.0, 1.0), (1.0, 10.0))
+
+
+def log(users: int = 20) -> list[ShadowSample]:
+    return [sample(k * 10 + j, f"acme:u{k}", c) for k in range(users) for j, c in enumerate(CONFS)]
+
+
+def test_the_cheapest_tau_that_keeps_the_large_models_f1_is_picked():
+    r = pick_tau(log(), target_share=1.0)
+    assert r.tau == 0.55 and r.f1 == 1.0  # the lowest grid tau that rejects c=0.5
+    assert r.eff_cost == pytest.approx((3 * 11 + 2 * 1) / 5)
+    assert r.escalation_rate == pytest.approx(0.6) and r.confidently_wrong == 0.0
+
+
+def test_a_lower_target_buys_a_cheaper_tau_and_counts_confidently_wrong_answers():
+    r = pick_tau(log(), target_f1=0.6)  # accepting c=0.3 and 0.5 too: 3 of 5 right
+    assert (r.tau, r.f1) == (0.15, 0.6) and r.eff_cost == pytest.approx((11 + 4 * 1) / 5)
+    low = evaluate(log(), 0.4)  # accepts 0.5 (wrong), 0.7, 0.9
+    assert low.confidently_wrong == pytest.approx(0.2) and low.f1 == pytest.approx(0.8)
+
+
+def test_users_are_split_without_overlap():
+    fit, held = split_users(log())
+    assert fit and held
+    assert not {s.user_id for s in fit} & {s.user_id for s in held}
+
+
+def test_exactly_one_target():
+    with pytest.raises(ConfigError):
+        pick_tau(log(), target_f1=0.5, target_share=0.9)
+
+
+def test_calibration_run_reports_held_out_users_and_writes_the_override(tmp_path):
+    run = tmp_path / "run1"
+    run.mkdir()
+    with (run / "shadow.jsonl").open("w") as fh:
+        for s in log():
+            fh.write(json.dumps({"request_id": s.request_id, "user_id": s.user_id, "answers": list(s.answers),
+                                 "confidences": list(s.confidences), "f1": list(s.f1),
+                                 "eff_cost": list(s.eff_cost)}) + "\n")
+    out = run_calibration(CalibrateConfig(run_dir=str(run), target_share=1.0))
+    assert out["tau"] == 0.55
+    assert out["held"]["f1"] == 1.0 and out["held"]["eff_cost"] < 10.0
+    assert out["baseline"]["f1"] < 1.0  # tau 0.5 accepts the wrong c=0.5 answers
+    assert "tau: 0.55" in (run / "router_override.yaml").read_text()
+    assert "held out" in (run / "calibration.md").read_text()
+
+
+def test_no_shadow_log_names_the_run(tmp_path):
+    with pytest.raises(ConfigError, match="shadow_share"):
+        run_calibration(CalibrateConfig(run_dir=str(tmp_path)))
