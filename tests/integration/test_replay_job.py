@@ -5,6 +5,7 @@ twice. Then calibration on the run's shadow samples."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,10 @@ def test_memory_lowers_memroutes_escalations_over_the_trace(run):
     questions = rows.filter(pl.col("kind") != "statement")
     assert questions["evidence_hit"].drop_nulls().mean() > 0.5  # the statement is retrieved
     report = (run_dir / "report.md").read_text()
-    assert "Break-even" in report and "First and last window" in report
+    assert "Break-even" in report and "First and last window" in report and "driver overhead" in report
+    timings = json.loads((run_dir / "timings.json").read_text())
+    assert set(timings) == {"memroute", "always_large", "always_small", "cascade_no_memory", "semantic_cache"}
+    assert all(t["answer_s"] <= t["total_s"] for t in timings.values())
     assert (run_dir / "amortization.png").stat().st_size > 10_000
     assert "memroute" in proc.stdout
 

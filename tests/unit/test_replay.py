@@ -157,7 +157,7 @@ def _rows(costs: dict[str, list[float]]) -> pl.DataFrame:
         for i, c in enumerate(cs):
             recs.append({"strategy": s, "seq": i, "eff_cost": c, "eff_cost_prod": c, "usd": c / 100,
                          "escalated": c > 5, "f1": 0.5, "evidence_hit": None, "stale": None,
-                         "latency_s": 0.1, "kind": "repeat"})
+                         "latency_s": 0.1, "kind": "repeat", "domain": "personal"})
     return pl.DataFrame(recs)
 
 

@@ -81,8 +81,13 @@ def replay_strategy(
     on_wave: Callable[[list[Row]], None] | None = None,
     shadow: ShadowRecorder | None = None,
     shadow_log: Checkpoint | None = None,
+    timing: dict[str, float] | None = None,
 ) -> list[Row]:
-    """Replay ``trace`` through ``strategy``; returns this strategy's rows (resumed ones too)."""
+    """Replay ``trace`` through ``strategy``; returns this strategy's rows (resumed ones too).
+    ``timing`` receives ``total_s`` (this call), ``answer_s`` (inside the strategy), ``shadow_s``
+    and ``model_s`` (the model calls' own time), so the driver's overhead can be reported."""
+    started = time.perf_counter()
+    spent = {"answer_s": 0.0, "shadow_s": 0.0, "model_s": 0.0, "requests": 0.0}
     book = EvidenceBook()
     earlier = {r["request_id"]: r for r in checkpoint.rows if r["strategy"] == strategy.name}
     # Rows already done still feed the evidence book, in trace order, so scores match a run
@@ -96,10 +101,15 @@ def replay_strategy(
             todo.append((seq, req))
     for wave in waves(todo, concurrency):
         if shadow is not None and shadow_log is not None:
+            t0 = time.perf_counter()
             shadow_log.append([{**r, "strategy": strategy.name} for r in shadow.record(wave)])
+            spent["shadow_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         outcomes = strategy.answer_many(wave)
         wall = time.perf_counter() - t0
+        spent["answer_s"] += wall
+        spent["model_s"] += sum(o.latency_s for o in outcomes)
+        spent["requests"] += len(wave)
         rows = [
             _row(strategy, seq, req, o, book, wall / len(wave))
             for (seq, req), o in zip(wave, outcomes, strict=True)
@@ -107,6 +117,8 @@ def replay_strategy(
         checkpoint.append(rows)
         if on_wave is not None:
             on_wave(rows)
+    if timing is not None:
+        timing.update(spent, total_s=time.perf_counter() - started)
     return [r for r in checkpoint.rows if r["strategy"] == strategy.name]
 
 

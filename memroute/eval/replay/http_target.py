@@ -72,13 +72,13 @@ def client_for(cfg: ReplayConfig) -> Any:
 
 def replay_http(cfg: ReplayConfig, prices: Sequence[TierPrice], requests: Sequence[TraceRequest],
                 checkpoint: Checkpoint, *, run: str, progress: bool = True,
-                client: Any | None = None) -> None:
+                client: Any | None = None, timing: dict[str, float] | None = None) -> None:
     strategy = HttpStrategy(client or client_for(cfg), "memroute", prices, run, cfg.concurrency)
     bar = Progress(len(requests), len(checkpoint.done), enabled=progress)
     bar.start("memroute (http)")
     try:
         replay_strategy(strategy, requests, checkpoint, concurrency=cfg.concurrency,
-                        on_wave=bar.update)
+                        on_wave=bar.update, timing=timing)
     finally:
         bar.close()
         strategy.close()

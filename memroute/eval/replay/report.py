@@ -99,9 +99,28 @@ def projection(rows: pl.DataFrame, volumes: Mapping[str, int] | None) -> pl.Data
     return pl.DataFrame(recs)
 
 
+def timing_table(timings: Mapping[str, Mapping[str, float]]) -> pl.DataFrame:
+    """Where each strategy's replay time went: the models, the strategy around them (retrieval,
+    token counts, memory writes), and the replay driver itself (scoring, checkpoint)."""
+    recs = []
+    for name, t in timings.items():
+        total = t.get("total_s") or 0.0
+        if not total:
+            continue  # resumed with nothing left to send
+        recs.append({
+            "strategy": name, "requests": int(t.get("requests", 0)), "wall_s": round(total, 1),
+            "model_s": round(t["model_s"], 1),
+            "strategy overhead %": round(100 * (t["answer_s"] - t["model_s"]) / total, 1),
+            "shadow %": round(100 * t["shadow_s"] / total, 1),
+            "driver overhead %": round(100 * (total - t["answer_s"] - t["shadow_s"]) / total, 2),
+        })
+    return pl.DataFrame(recs)
+
+
 def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
                  volumes: Mapping[str, int] | None = None,
-                 strategies: Sequence[str] | None = None) -> tuple[str, list[str]]:
+                 strategies: Sequence[str] | None = None,
+                 timings: Mapping[str, Mapping[str, float]] | None = None) -> tuple[str, list[str]]:
     """Markdown (returned and written) and the plot; returns (report, file names written)."""
     strategies = list(strategies or rows["strategy"].unique(maintain_order=True).to_list())
     win = windows(rows, window)
@@ -129,10 +148,18 @@ def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
             lines.append(f"- vs {b}: " + ("never within the trace" if k is None else f"from request {k}"))
         parts += ["Break-even (memroute's cumulative EffCost@prod at or below the baseline's to the end):",
                   "\n".join(lines)]
-    parts += ["Per kind:", to_markdown(by_kind),
+    by_domain = (rows.group_by("strategy", "domain", maintain_order=True).agg(*metrics(()))
+                 .sort("strategy", "domain"))
+    parts += ["Per kind:", to_markdown(by_kind), "Per domain (personal facts only memory can know; "
+              "general questions the large model answers better):", to_markdown(by_domain),
               "Monthly projection at the measured per-request means:",
               to_markdown(projection(rows, volumes)),
               f"Per window: {WINDOWS_CSV}; curves: {PLOT}"]
+    table = timing_table(timings or {})
+    if table.height:
+        parts.insert(-1, "Time (model: the engines' own time; strategy overhead: retrieval, token "
+                         "counts, memory writes; driver overhead: scoring and checkpoint):")
+        parts.insert(-1, to_markdown(table))
     report = "\n\n".join(parts)
     (run_dir / REPORT).write_text(report + "\n")
     plot(rows, win, run_dir / PLOT, strategies)

@@ -93,21 +93,24 @@ def run_replay(cfg: ReplayConfig, *, progress: bool = True, run_dir: Path | None
 
     started = time.time()
     if cfg.target == "inprocess":
-        _replay_in_process(cfg, models, requests, checkpoint, run_dir, progress)
+        timings = _replay_in_process(cfg, models, requests, checkpoint, run_dir, progress)
     else:
         from memroute.eval.replay.http_target import replay_http
 
-        replay_http(cfg, prices(models), requests, checkpoint, run=run_dir.name, progress=progress)
+        timings = {"memroute": {}}
+        replay_http(cfg, prices(models), requests, checkpoint, run=run_dir.name, progress=progress,
+                    timing=timings["memroute"])
+    (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
     rows = pl.DataFrame(checkpoint.rows, infer_schema_length=None)
     rows.write_parquet(run_dir / "rows.parquet")
     report, files = write_report(rows, run_dir, window=cfg.window, volumes=cfg.volumes or None,
-                                 strategies=cfg.strategies)
+                                 strategies=cfg.strategies, timings=timings)
     tracker = Tracker(cfg.tracking)
     with tracker.run(f"replay-{Path(str(cfg.trace or run_dir.name)).stem}", tags={"job": "replay"}):
         tracker.log_params(flatten(cfg))
         for name, value in _headline(rows).items():
             tracker.log_metrics({name: value})
-        for f in ["rows.parquet", "config.json", *files]:
+        for f in ["rows.parquet", "config.json", "timings.json", *files]:
             tracker.log_artifact(run_dir / f)
     print(report)
     print(f"\nresults: {run_dir} ({time.time() - started:.0f}s)")
@@ -117,7 +120,9 @@ def run_replay(cfg: ReplayConfig, *, progress: bool = True, run_dir: Path | None
 
 
 def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoint: Checkpoint,
-                       run_dir: Path, progress: bool) -> None:
+                       run_dir: Path, progress: bool) -> dict[str, dict[str, float]]:
+    """Every strategy in turn; returns each one's timing (see ``replay_strategy``)."""
+    timings: dict[str, dict[str, float]] = {}
     assets = build.asset_store(cfg.assets)
     encoder = build.encoder(cfg.embedder, assets)
     tiers = build.tiers(models, assets, on_ready=_say_ready)
@@ -135,10 +140,12 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
             strategy = STRATEGIES.get(name)(name, parts)
             shadow = ShadowRecorder(parts, cfg.shadow_share) if name == "memroute" and cfg.shadow_share else None
             bar.start(name)
+            timings[name] = {}
             try:
                 replay_strategy(strategy, requests, checkpoint, concurrency=cfg.concurrency,
                                 on_wave=bar.update, shadow=shadow,
-                                shadow_log=Checkpoint(run_dir / SHADOW) if shadow else None)
+                                shadow_log=Checkpoint(run_dir / SHADOW) if shadow else None,
+                                timing=timings[name])
             finally:
                 if memory is not None:
                     memory.store.flush()
@@ -147,6 +154,7 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
         bar.close()
         for t in tiers:
             t.backend.close()
+    return timings
 
 
 def _restore_memories(memory: build.MemoryParts, rows: list[Row]) -> None:
