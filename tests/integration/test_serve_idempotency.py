@@ -184,3 +184,115 @@ def test_idempotency_keys_over_http(app):
     elapsed = time.perf_counter() - app["ray_up"]
     print(f"\n[serve-idem] deploy + requests: {elapsed:.1f}s")
     assert elapsed < BUDGET_S
+
+
+# ------------------------------------------------------------------ the replay over HTTP
+def _trace(prefix: str, users: list[str], rounds: int = 2):
+    from memroute.datasets.records import TraceRequest
+    from memroute.types import Message
+
+    rows = []
+    ts = 1_700_000_000.0
+    for k in range(rounds):
+        for u in users:
+            for text, kind in ((f"My {k} locker code is ZX-{len(u)}{k}.", "statement"),
+                               ("Why is my locker code what it is?", "novel")):
+                ts += 30
+                rows.append(TraceRequest(f"{prefix}{len(rows):03d}", ts, "acme", u, f"{u}-d{k}",
+                                         (Message("user", text),), ("ZX",) if kind == "novel" else (),
+                                         kind=kind, fact_id=f"{u}-code", domain="personal"))
+    return rows
+
+
+def _replay_cfg(url: str):
+    from memroute.config.replay import ReplayConfig
+
+    return ReplayConfig(trace="unused", target=url, strategies=["memroute"], concurrency=4)
+
+
+def _client(url: str):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, timeout=TIMEOUT, max_retries=0)
+
+
+def _prices():
+    from memroute.eval.replay.outcome import TierPrice
+
+    return [TierPrice(0.5, 8.0), TierPrice(8.0, 235.0)]
+
+
+def test_the_same_trace_gives_the_same_tiers_in_process_and_over_http(app, tmp_path, encoder):
+    from memroute import build
+    from memroute.config.schema import MemoryConfig, RetrievalConfig, RouterConfig
+    from memroute.eval.replay.driver import Checkpoint, replay_strategy
+    from memroute.eval.replay.http_target import replay_http
+    from memroute.eval.replay.strategies import STRATEGIES, StrategyParts
+
+    trace = _trace("same", ["same-a", "same-b"])
+    http_log = Checkpoint(tmp_path / "http.jsonl")
+    replay_http(_replay_cfg(app["url"]), _prices(), trace, http_log, run="same", progress=False,
+                client=_client(app["url"]))
+    cfg = mock_serve_config(tmp_path, 0)
+    memory = build.memory(cfg.embedder, MemoryConfig(uri=str(tmp_path / "inproc.db")), RetrievalConfig(),
+                          None, enc=encoder)
+    try:
+        tiers = build.tiers([cfg.cascade["0"], cfg.cascade["1"]], None)
+        parts = StrategyParts(tiers, _prices(), RouterConfig(tau=0.5, max_tokens=24), RetrievalConfig(),
+                              memory.retriever)
+        rows = replay_strategy(STRATEGIES.get("memroute")("memroute", parts), trace,
+                               Checkpoint(tmp_path / "inproc.jsonl"), concurrency=4)
+    finally:
+        memory.close()
+    http = {r["request_id"]: r["tier"] for r in http_log.rows}
+    assert http == {r["request_id"]: r["tier"] for r in rows}
+    assert set(http.values()) == {0, 1}  # both tiers answered some
+
+
+def test_a_killed_http_replay_resumes_and_stores_nothing_twice(app, tmp_path):
+    from memroute.eval.replay.driver import Checkpoint
+    from memroute.eval.replay.http_target import replay_http
+
+    users = ["kill-a", "kill-b", "kill-c"]
+    trace = _trace("kill", users)
+    real = _client(app["url"])
+
+    class Killed(Exception):
+        pass
+
+    class DiesAfter:
+        """A client whose process is killed after the server answered its 5th request."""
+
+        def __init__(self) -> None:
+            self.n = 0
+            self.lock = threading.Lock()
+            self.chat = self
+            self.completions = self
+
+        def create(self, **kw):
+            reply = real.chat.completions.create(**kw)
+            with self.lock:
+                self.n += 1
+                if self.n >= 5:
+                    raise Killed  # answered and stored server-side, never checkpointed here
+            return reply
+
+    log_path = tmp_path / "rows.jsonl"
+    replays_before = _replays(app["url"])
+    with pytest.raises(Killed):
+        replay_http(_replay_cfg(app["url"]), _prices(), trace, Checkpoint(log_path), run="kill",
+                    progress=False, client=DiesAfter())
+    done_before = len(Checkpoint(log_path).rows)
+    assert done_before < len(trace)
+    replay_http(_replay_cfg(app["url"]), _prices(), trace, Checkpoint(log_path), run="kill",
+                progress=False, client=real)
+    rows = Checkpoint(log_path).rows
+    assert sorted(r["request_id"] for r in rows) == sorted(r.request_id for r in trace)  # each once
+    for u in users:  # every request stored exactly one turn-pair, the resent ones included
+        assert stored(app["url"], u) == sum(r.user_id == u for r in trace)
+    # the requests answered before the kill but not checkpointed came from the table on resume
+    assert _replays(app["url"]) - replays_before >= 1
+
+
+def _replays(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
+    return sum(float(ln.split()[-1]) for ln in metrics.splitlines()
+               if ln.startswith("memroute_idempotent_replays_total") and 'tenant="acme"' in ln)
