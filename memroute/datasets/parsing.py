@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +50,16 @@ def read_json(path: Path) -> Any:
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
             field="path",
         ) from None
+
+
+def jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """``("<file>: line N", parsed object)`` per non-blank line; bad JSON names its line."""
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            origin = f"{path}: line {lineno}"
+            try:
+                yield origin, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{origin}: not valid JSON ({exc.msg})", field="line") from None

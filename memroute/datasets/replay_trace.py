@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memroute.datasets.parsing import DatasetError
+from memroute.datasets.parsing import DatasetError, jsonl_rows
 from memroute.datasets.records import TRACE_KINDS, TraceRequest
 from memroute.datasets.traces import JSONL_SUFFIXES, PARQUET_SUFFIXES, _parse_ts
 from memroute.errors import InvalidRequest
@@ -177,18 +177,6 @@ def _format(path: Path) -> str:
     )
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            origin = f"{path}: line {lineno}"
-            try:
-                yield origin, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{origin}: line: not valid JSON ({exc.msg})", field="line") from None
-
-
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     import pyarrow as pa  # lazily: only Parquet traces need it
     import pyarrow.parquet as pq
@@ -212,7 +200,7 @@ def iter_trace(path: str | Path) -> Iterator[TraceRequest]:
     kind = _format(path)
     if not path.is_file():
         raise DatasetError(f"{path}: trace file not found", field="path")
-    rows = _parquet_rows(path) if kind == "parquet" else _jsonl_rows(path)
+    rows = _parquet_rows(path) if kind == "parquet" else jsonl_rows(path)
     seen: set[str] = set()
     last_ts = float("-inf")
     for number, (origin, row) in enumerate(rows, start=1):
@@ -373,7 +361,7 @@ def import_openai_chat_log(
     _format(Path(dest))
     rows = []
     seen: dict[str, str] = {}
-    for origin, row in _jsonl_rows(src):
+    for origin, row in jsonl_rows(src):
         lineno = int(origin.rsplit(" ", 1)[1])
         req = _chat_row(row, origin, lineno, tenant, default_user)
         if req.request_id in seen:

@@ -8,14 +8,13 @@ times are UTC), ``tenant``, ``user_id``, ``session_id``, ``query``, ``answer`` a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memroute.datasets.parsing import DatasetError
+from memroute.datasets.parsing import DatasetError, jsonl_rows
 from memroute.datasets.records import TraceRecord
 from memroute.errors import InvalidRequest
 from memroute.types import TurnPair, validate_user_id
@@ -87,18 +86,6 @@ def _record(row: Any, origin: str) -> TraceRecord:
     return TraceRecord(ts=ts, origin=origin, **values)
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            origin = f"{path}: line {lineno}"
-            try:
-                yield origin, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{origin}: not valid JSON ({exc.msg})", field="line") from None
-
-
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     import pyarrow as pa  # lazily: only Parquet traces need it
     import pyarrow.parquet as pq
@@ -135,7 +122,7 @@ def load_traces(path: str | Path) -> list[TraceRecord]:
         )
     if not path.is_file():
         raise DatasetError(f"{path}: trace file not found", field="path")
-    rows = _parquet_rows(path) if suffix in PARQUET_SUFFIXES else _jsonl_rows(path)
+    rows = _parquet_rows(path) if suffix in PARQUET_SUFFIXES else jsonl_rows(path)
     return [_record(row, origin) for origin, row in rows]
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
-import time
 from dataclasses import replace
 
 import pytest
@@ -21,6 +19,8 @@ import pytest
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
+
+from .serving import free_port, wait_healthy  # noqa: E402
 
 pytestmark = [pytest.mark.vllm]  # ~90 s: the acceptance tests of the endpoint run in the default suite
 
@@ -30,27 +30,6 @@ TIER_MODELS = ["smollm2-135m", "smollm2-135m-hf"]  # the cpu-tiny preset, cheape
 MAX_INPUT_CHARS = 2000
 MAX_BODY_BYTES = 20000
 TIMEOUT = 120.0  # other workers may be using the 2 cores
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, timeout: float = 180.0) -> dict:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(f"{url}/healthz", timeout=10)
-            if r.status_code == 200 and r.json().get("status") == "ok":
-                return r.json()
-            last = r.text
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(1.0)
-    raise AssertionError(f"the app did not become healthy at {url}: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +64,7 @@ def app_url(tmp_path_factory):
     cfg = replace(cfg, blocking=False, api=replace(cfg.api, api_keys=dict(KEYS)))
     try:
         url = start(cfg)
-        wait_healthy(url)
+        wait_healthy(url, timeout=180.0)
         yield url
     finally:
         serve.shutdown()

@@ -8,8 +8,6 @@ are per tenant. Set-up as in ``test_serve_mock.py`` (its own module-scoped app).
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 
@@ -18,18 +16,14 @@ import pytest
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
+from .serving import deployed, free_port  # noqa: E402
+
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 KEY = "sk-acme"
 TIMEOUT = 60.0
 TIER0_RULES = [{"match": "(?i)^why\\b", "logprob": -2.5}]  # "why" escalates to tier 1
 SLOW_TIER_S = 1.0  # tier 1's latency: the window in which a duplicate arrives
 BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mock_serve_config(tmp, port: int):
@@ -66,49 +60,13 @@ def mock_serve_config(tmp, port: int):
     )
 
 
-def wait_healthy(url: str, timeout: float = 120.0) -> dict:
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(f"{url}/healthz", timeout=10)
-            if r.status_code == 200 and r.json().get("status") == "ok":
-                return r.json()
-            last = r.text
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"the app did not become healthy at {url}: {last!r}")
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback-only node
-    import ray
-    from ray import serve
-
-    from serve.app import build_app
-
-    ray_was_up = ray.is_initialized()
-    if not ray_was_up:
-        # "local": a node of its own, never another session's cluster found on this machine
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    ray_up = time.perf_counter()
     port = free_port()
     cfg = mock_serve_config(tmp_path_factory.mktemp("serve-idem"), port)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        serve.start(
-            http_options={"host": "127.0.0.1", "port": port},
-            logging_config={"enable_access_log": False},
-        )
-        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False)
-        wait_healthy(url)
-        print(f"\n[serve-idem] deploy {time.perf_counter() - ray_up:.1f}s")
-        yield {"url": url, "ray_up": ray_up}
-    finally:
-        serve.shutdown()
-        if not ray_was_up and ray.is_initialized():
-            ray.shutdown()
+    with deployed(cfg, port) as up:
+        print(f"\n[serve-idem] deploy {up['healthy'] - up['ray_up']:.1f}s")
+        yield {"url": up["url"], "ray_up": up["ray_up"]}
 
 
 def ask(url: str, user: str, text: str, key: str | None, api_key: str = KEY):

@@ -8,14 +8,14 @@ per check; the time after Ray is up is measured and bounded.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 
 import pytest
 
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
+
+from .serving import deployed, free_port  # noqa: E402
 
 KEYS = {"sk-mock": "acme"}
 KEY = "sk-mock"
@@ -27,12 +27,6 @@ TIER0_RULES = [
     {"match": "(?i)\\bis [A-Z]{2}-\\d+", "answer": "Noted: {query}"},
 ]
 BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mock_serve_config(tmp, port: int):
@@ -74,54 +68,18 @@ def mock_serve_config(tmp, port: int):
     )
 
 
-def wait_healthy(url: str, timeout: float = 120.0) -> dict:
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(f"{url}/healthz", timeout=10)
-            if r.status_code == 200 and r.json().get("status") == "ok":
-                return r.json()
-            last = r.text
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"the app did not become healthy at {url}: {last!r}")
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback-only node
-    import ray
-    from ray import serve
-
-    from serve.app import build_app
-
-    t0 = time.perf_counter()
-    ray_was_up = ray.is_initialized()
-    if not ray_was_up:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    ray_up = time.perf_counter()
     port = free_port()
     cfg = mock_serve_config(tmp_path_factory.mktemp("serve-mock"), port)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        serve.start(
-            http_options={"host": "127.0.0.1", "port": port},
-            logging_config={"enable_access_log": False},
-        )
-        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False)
-        health = wait_healthy(url)
-        deployed = time.perf_counter()
-        yield {"url": url, "cfg": cfg, "health": health, "ray_up": ray_up}
+    with deployed(cfg, port) as up:
+        yield {"url": up["url"], "cfg": cfg, "health": up["health"], "ray_up": up["ray_up"]}
         done = time.perf_counter()
         print(
-            f"\n[serve-mock] ray start {ray_up - t0:.1f}s, deploy {deployed - ray_up:.1f}s, "
-            f"requests {done - deployed:.1f}s, after Ray up {done - ray_up:.1f}s"
+            f"\n[serve-mock] ray start {up['ray_up'] - up['t0']:.1f}s, deploy "
+            f"{up['healthy'] - up['ray_up']:.1f}s, requests {done - up['healthy']:.1f}s, "
+            f"after Ray up {done - up['ray_up']:.1f}s"
         )
-    finally:
-        serve.shutdown()
-        if not ray_was_up and ray.is_initialized():
-            ray.shutdown()
 
 
 def client(url: str, key: str = KEY):

@@ -162,7 +162,7 @@ def test_duplicate_request_ids(tmp_path):
 
 def test_bad_json_and_bad_parquet_rows(tmp_path):
     path = _write_lines(tmp_path / "t.jsonl", [GOOD, "{not json"])
-    with pytest.raises(DatasetError, match=r"t.jsonl: line 2: line: not valid JSON"):
+    with pytest.raises(DatasetError, match=r"t.jsonl: line 2: not valid JSON"):
         load_trace(path)
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -1,0 +1,62 @@
+"""Plumbing shared by the tests that deploy the Serve app: a free loopback port, the health wait,
+and the app deployed on a loopback Ray node (started here unless a test module already has one)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout: float = 120.0) -> dict:
+    import httpx
+
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/healthz", timeout=10)
+            if r.status_code == 200 and r.json().get("status") == "ok":
+                return r.json()
+            last = r.text
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"the app did not become healthy at {url}: {last!r}")
+
+
+@contextlib.contextmanager
+def deployed(cfg: Any, port: int) -> Iterator[dict[str, Any]]:
+    """``cfg`` (a ServeConfig listening on ``port``) deployed and healthy; yields url, health and
+    the times Ray was up and the app healthy. Shuts down only what it started."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback-only node
+    import ray
+    from ray import serve
+
+    from serve.app import build_app
+
+    t0 = time.perf_counter()
+    ray_was_up = ray.is_initialized()
+    if not ray_was_up:
+        # "local": a node of its own, never another session's cluster found on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray_up = time.perf_counter()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port},
+                    logging_config={"enable_access_log": False})
+        serve.run(build_app(cfg), name=cfg.name, route_prefix="/", blocking=False)
+        health = wait_healthy(url)
+        yield {"url": url, "health": health, "t0": t0, "ray_up": ray_up, "healthy": time.perf_counter()}
+    finally:
+        serve.shutdown()
+        if not ray_was_up and ray.is_initialized():
+            ray.shutdown()
