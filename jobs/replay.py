@@ -27,6 +27,8 @@ def run(cfg: ReplayConfig) -> int:
     from memroute.eval.replay.run import run_replay
 
     check_replay_config(cfg)
+    if cfg.shards > 1:
+        return sharded(cfg)
     if not cfg.warm_from or cfg.run_id:
         run_replay(cfg)
         return 0
@@ -34,6 +36,33 @@ def run(cfg: ReplayConfig) -> int:
     if code:
         return code
     run_replay(cfg, run_dir=run_dir)
+    return 0
+
+
+def sharded(cfg: ReplayConfig) -> int:
+    """An http replay from ``cfg.shards`` Ray tasks (``ray.address`` joins the serving cluster,
+    so the Serve replicas are sampled too)."""
+    import time
+
+    from jobs.ray_init import init_ray
+    from memroute.eval.replay.run import run_replay
+    from pipelines.replay import replay_http_sharded
+
+    def runner(cfg, prices, requests, checkpoint, run_dir):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        merged, sampler = replay_http_sharded(cfg, prices, requests, run_dir, shards=cfg.shards)
+        checkpoint.rows[:] = merged.rows
+        checkpoint.done = set(merged.done)
+        return {"total_s": time.perf_counter() - started}
+
+    started_ray = init_ray(cfg.ray)
+    try:
+        run_replay(cfg, http_runner=runner)
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
     return 0
 
 

@@ -10,6 +10,7 @@ from memroute.config.schema import (
     EmbedderConfig,
     MemoryConfig,
     ModelConfig,
+    RayConfig,
     RetrievalConfig,
     RouterConfig,
     TrackingConfig,
@@ -38,6 +39,10 @@ class ReplayConfig:
     output_dir: str = ".memroute/replays"
     api_key_env: str = "MEMROUTE_API_KEY"  # http target: env var holding the API key
     http_timeout_s: float = 300.0
+    # http target: users sharded across this many Ray tasks (many clients against an autoscaled
+    # Serve app; its replica counts are sampled into replicas.csv). 1: threads in this process.
+    shards: int = 1
+    ray: RayConfig = field(default_factory=RayConfig)
     volumes: dict[str, int] = field(default_factory=dict)  # monthly projection; empty: defaults
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -56,7 +61,8 @@ def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
     if not (cfg.target == "inprocess" or cfg.target.startswith(("http://", "https://"))):
         raise ConfigError(f"target must be inprocess or an http(s):// URL, got {cfg.target!r}",
                           field="target")
-    for name, value, low in (("concurrency", cfg.concurrency, 1), ("window", cfg.window, 1)):
+    for name, value, low in (("concurrency", cfg.concurrency, 1), ("window", cfg.window, 1),
+                             ("shards", cfg.shards, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}", field=name)
     if cfg.limit is not None and cfg.limit < 1:
@@ -75,6 +81,9 @@ def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
     if cfg.target != "inprocess" and cfg.strategies != ["memroute"]:
         raise ConfigError("an http target replays the endpoint itself: set strategies=[memroute] "
                           "(baselines run in-process)", field="strategies")
+    if cfg.shards > 1 and cfg.target == "inprocess":
+        raise ConfigError("shards > 1 shards an http replay across Ray tasks: set target=http://...",
+                          field="shards")
     if cfg.warm_from and (cfg.target != "inprocess" or "memroute" not in cfg.strategies):
         raise ConfigError("warm_from loads memroute's in-process memory: needs target=inprocess "
                           "and memroute among the strategies", field="warm_from")

@@ -22,6 +22,7 @@ REPORT = "report.md"
 WINDOWS_CSV = "windows.csv"
 PLOT = "amortization.png"
 MAIN = "memroute"
+REPLICAS_NOTE = "replicas.csv has every sample"
 
 
 def metrics(group: Sequence[str]) -> list[pl.Expr]:
@@ -105,8 +106,8 @@ def timing_table(timings: Mapping[str, Mapping[str, float]]) -> pl.DataFrame:
     recs = []
     for name, t in timings.items():
         total = t.get("total_s") or 0.0
-        if not total:
-            continue  # resumed with nothing left to send
+        if not total or "answer_s" not in t:
+            continue  # resumed with nothing left to send, or sharded (each shard times itself)
         recs.append({
             "strategy": name, "requests": int(t.get("requests", 0)), "wall_s": round(total, 1),
             "model_s": round(t["model_s"], 1),
@@ -155,6 +156,16 @@ def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
               "Monthly projection at the measured per-request means:",
               to_markdown(projection(rows, volumes)),
               f"Per window: {WINDOWS_CSV}; curves: {PLOT}"]
+    replicas = run_dir / "replicas.csv"
+    if replicas.is_file():
+        samples = pl.read_csv(replicas)
+        if samples.height:
+            per = samples.group_by("deployment", maintain_order=True).agg(
+                pl.col("replicas").first().alias("start"), pl.col("replicas").max().alias("peak"),
+                pl.col("replicas").last().alias("end"), pl.col("t_s").max().alias("sampled s"))
+            parts.insert(-1, "Serve replicas during the replay (RUNNING, sampled each second; "
+                             f"{REPLICAS_NOTE}):")
+            parts.insert(-1, to_markdown(per))
     table = timing_table(timings or {})
     if table.height:
         parts.insert(-1, "Time (model: the engines' own time; strategy overhead: retrieval, token "

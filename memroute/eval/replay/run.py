@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -72,8 +72,14 @@ def memory_uri(cfg: ReplayConfig, run_dir: Path, strategy: str) -> str:
     return cfg.memory.uri if is_server_uri(cfg.memory.uri) else str(run_dir / f"milvus_{strategy}.db")
 
 
-def run_replay(cfg: ReplayConfig, *, progress: bool = True, run_dir: Path | None = None) -> ReplayOutput:
-    """``run_dir``: a folder prepared by the caller (warm start); else new, or ``run_id``'s."""
+HttpRunner = Callable[[ReplayConfig, list[TierPrice], list, Checkpoint, Path], dict[str, float]]
+
+
+def run_replay(cfg: ReplayConfig, *, progress: bool = True, run_dir: Path | None = None,
+               http_runner: HttpRunner | None = None) -> ReplayOutput:
+    """``run_dir``: a folder prepared by the caller (warm start); else new, or ``run_id``'s.
+    ``http_runner``: how an http target is driven (the job passes Ray-sharded clients for
+    ``shards > 1``); by default threads in this process."""
     from memroute.eval.replay.report import write_report
 
     check_replay_config(cfg)
@@ -98,8 +104,11 @@ def run_replay(cfg: ReplayConfig, *, progress: bool = True, run_dir: Path | None
         from memroute.eval.replay.http_target import replay_http
 
         timings = {"memroute": {}}
-        replay_http(cfg, prices(models), requests, checkpoint, run=run_dir.name, progress=progress,
-                    timing=timings["memroute"])
+        if http_runner is not None:
+            timings["memroute"] = http_runner(cfg, prices(models), requests, checkpoint, run_dir)
+        else:
+            replay_http(cfg, prices(models), requests, checkpoint, run=run_dir.name,
+                        progress=progress, timing=timings["memroute"])
     (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
     rows = pl.DataFrame(checkpoint.rows, infer_schema_length=None)
     rows.write_parquet(run_dir / "rows.parquet")
