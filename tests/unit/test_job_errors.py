@@ -46,6 +46,15 @@ CASES = [
     ("serve", ["serve=cpu-tiny", "router.tau=high"], "[router.tau]"),
     ("serve", ["serve=cpu-tiny", "cascade.1.path=/nonexistent/model"], "[cascade.1.path]"),
     ("serve", ["serve=cpu-tiny", "embedder.path={tmp}/no-encoder"], "[embedder.path]"),
+    ("replay", ["trace={tmp}/t.jsonl", "strategies=[memroutee]"], "[strategies]"),
+    ("replay", ["trace=/nonexistent/trace.jsonl"], "[trace]"),
+    ("replay", ["trace={tmp}/t.jsonl", "concurrency=abc"], "[concurrency]"),
+    ("make_trace", ["source=synthetc"], "[source]"),
+    ("make_trace", ["source=locomo", "path=/nonexistent/locomo10.json"], "[path]"),
+    ("make_trace", ["num_requests=abc"], "[num_requests]"),
+    ("calibrate", ["run_id=no-such-run"], "[run_id]"),
+    ("calibrate", ["run_dir=/nonexistent/run"], "[run_dir]"),
+    ("calibrate", ["run_id=x", "target_f1=abc"], "[target_f1]"),
     ("assets", ["fetch", "nope"], "Unknown asset 'nope'"),
     ("assets", ["verify", "minilm-l6", "--cache-dir", "{tmp}/empty"], "fetch minilm-l6"),
 ]
@@ -64,12 +73,14 @@ def _command(job: str, args: list[str], tmp: Path) -> list[str]:
     if job == "assets":
         return [sys.executable, "-m", "jobs.assets", *args]
     extra = [f"hydra.run.dir={tmp / 'hydra'}"]
-    if job != "serve":
+    if job not in ("serve", "make_trace", "calibrate"):
         extra.append("tracking.enabled=false")
-    if job in ("benchmark", "retrieval_eval", "rescore", "cost_report"):
+    if job in ("benchmark", "retrieval_eval", "rescore", "cost_report", "replay", "calibrate"):
         extra.append(f"output_dir={tmp / 'out'}")
     if job == "ingest":
         extra.append(f"work_dir={tmp / 'work'}")
+    if job == "make_trace":
+        extra.append(f"output={tmp / 'trace.jsonl'}")
     return [sys.executable, "-m", f"jobs.{job}", *args, *extra]
 
 
