@@ -13,7 +13,7 @@ model, opens no client and starts nothing.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -133,7 +133,7 @@ def tiers(
     *,
     backends: Sequence[Backend] | None = None,
     load: Container[int] | None = None,
-    on_ready: object = None,
+    on_ready: Callable[[int, ModelConfig, float | None], None] | None = None,
 ) -> list[Tier]:
     """One :class:`Tier` per cascade slot. ``backends`` given (Serve handles, fakes): wrapped as
     they are; else each model is loaded, except slots not in ``load`` (an :class:`UnusedBackend`).
@@ -149,12 +149,12 @@ def tiers(
                 engine: Backend = backends[i]
             elif load is not None and i not in load:
                 engine = UnusedBackend(m.name)  # type: ignore[assignment]
-                if callable(on_ready):
+                if on_ready is not None:
                     on_ready(i, m, None)
             else:
                 t0 = time.time()
                 engine = backend(m, assets)
-                if callable(on_ready):
+                if on_ready is not None:
                     on_ready(i, m, time.time() - t0)
             out.append(tier(m, engine))
     except BaseException:
@@ -162,6 +162,14 @@ def tiers(
             t.backend.close()
         raise
     return out
+
+
+def say_ready(index: int, model: ModelConfig, seconds: float | None) -> None:
+    """The jobs' ``on_ready``: one line per cascade slot as it loads (or is skipped)."""
+    if seconds is None:
+        print(f"tier {index}: {model.name} not loaded (no selected condition uses it)")
+    else:
+        print(f"tier {index}: {model.name} ({model.engine}) ready in {seconds:.0f}s")
 
 
 def router(

@@ -13,7 +13,7 @@ from typing import Sequence
 import polars as pl
 
 from memroute import build
-from memroute.config import BenchmarkConfig, ModelConfig
+from memroute.config import BenchmarkConfig
 from memroute.config.schema import is_server_uri, ordered_cascade
 from memroute.datasets.registry import dataset_conversations
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
@@ -55,13 +55,6 @@ def needed_tiers(conditions: Sequence[str], n_tiers: int) -> set[int]:
     }
 
 
-def _say_ready(index: int, model: ModelConfig, seconds: float | None) -> None:
-    if seconds is None:
-        print(f"tier {index}: {model.name} not loaded (no selected condition uses it)")
-    else:
-        print(f"tier {index}: {model.name} ({model.engine}) ready in {seconds:.0f}s")
-
-
 def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOutput:
     started = time.time()
     models = ordered_cascade(cfg.cascade)
@@ -83,7 +76,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
     try:
         # Only the tiers the selected conditions call are loaded (a capacity sweep on
         # warm_memory_only never loads the large model).
-        tiers = build.tiers(models, assets, load=needed_tiers(cfg.conditions, len(models)), on_ready=_say_ready)
+        tiers = build.tiers(models, assets, load=needed_tiers(cfg.conditions, len(models)), on_ready=build.say_ready)
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,
             memory_dia_ids=dia, batch_size=cfg.batch_size, progress=progress,

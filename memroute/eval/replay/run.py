@@ -134,7 +134,7 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
     timings: dict[str, dict[str, float]] = {}
     assets = build.asset_store(cfg.assets)
     encoder = build.encoder(cfg.embedder, assets)
-    tiers = build.tiers(models, assets, on_ready=_say_ready)
+    tiers = build.tiers(models, assets, on_ready=build.say_ready)
     bar = Progress(len(requests) * len(cfg.strategies), len(checkpoint.done), enabled=progress)
     try:
         for name in cfg.strategies:
@@ -186,10 +186,6 @@ def _restore_memories(memory: build.MemoryParts, rows: list[Row]) -> None:
         memory.retriever.remember(missing)
         memory.store.flush()
         print(f"restored {len(missing)} turn-pairs the killed run had not flushed")
-
-
-def _say_ready(index: int, model: Any, seconds: float | None) -> None:
-    print(f"tier {index}: {model.name} ({model.engine}) ready in {seconds or 0:.0f}s")
 
 
 def _headline(rows: pl.DataFrame) -> dict[str, float]:
