@@ -69,6 +69,24 @@ class ReplicaSampler:
         self._stop.set()
         self._thread.join(timeout=10)
 
+    def wait_settled(self, timeout_s: float) -> bool:
+        """Block until every deployment is back at its first sampled count (the scale-down after
+        the load), at most ``timeout_s``; True when it is."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.settled():
+                return True
+            time.sleep(self.every_s)
+        return self.settled()
+
+    def settled(self) -> bool:
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for _, d, n in list(self.samples):
+            first.setdefault(d, n)
+            last[d] = n
+        return bool(last) and all(last[d] <= first[d] for d in last)
+
     def write_csv(self, path: Path) -> Path:
         lines = ["t_s,deployment,replicas"] + [f"{t},{d},{n}" for t, d, n in self.samples]
         path.write_text("\n".join(lines) + "\n")
@@ -94,6 +112,8 @@ def replay_http_sharded(cfg: ReplayConfig, prices: Sequence[TierPrice], requests
         refs = [task.remote(cfg, list(prices), part, str(shard_checkpoint(run_dir, k)), run_dir.name)
                 for k, part in enumerate(parts) if part]
         ray.get(refs)
+        if cfg.watch_after_s:
+            sampler.wait_settled(cfg.watch_after_s)
     sampler.write_csv(run_dir / REPLICAS_CSV)
     merged = Checkpoint(run_dir / "rows.jsonl")
     have = {r["request_id"] for r in merged.rows}

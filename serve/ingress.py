@@ -56,14 +56,19 @@ class RouterIngress:
             for h, m in zip(tier_handles, ordered_cascade(cfg.cascade))
         ]
         self.cfg = cfg
-        self.core = ServingCore(cfg, backends)
-        self.route.set_max_batch_size(cfg.ingress.max_batch_size)
-        self.route.set_batch_wait_timeout_s(cfg.ingress.batch_wait_timeout_s)
+        self.core = core = ServingCore(cfg, backends)
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
-    async def route(self, prepared: list[PreparedChat]) -> list[RouteResult]:
-        # The Router blocks (engine calls through handles, Milvus): keep it off the event loop.
-        return await asyncio.to_thread(self.core.route_batch, prepared)
+        async def route_batch(prepared: list[PreparedChat]) -> list[RouteResult]:
+            # The Router blocks (engine calls through handles, Milvus): keep it off the event loop.
+            return await asyncio.to_thread(core.route_batch, prepared)
+
+        # Built here, not as a decorator: serve.batch has no setter for max_concurrent_batches.
+        # Concurrent batches are safe: the journal, the BM25 cache and the store take their locks.
+        self.route = serve.batch(
+            max_batch_size=cfg.ingress.max_batch_size,
+            batch_wait_timeout_s=cfg.ingress.batch_wait_timeout_s,
+            max_concurrent_batches=cfg.ingress.max_concurrent_batches,
+        )(route_batch)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:

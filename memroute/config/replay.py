@@ -42,6 +42,9 @@ class ReplayConfig:
     # http target: users sharded across this many Ray tasks (many clients against an autoscaled
     # Serve app; its replica counts are sampled into replicas.csv). 1: threads in this process.
     shards: int = 1
+    # sharded replay: keep sampling the replicas up to this long after the last answer, until
+    # every deployment is back at its starting count (to see the scale-down too).
+    watch_after_s: float = 0.0
     ray: RayConfig = field(default_factory=RayConfig)
     volumes: dict[str, int] = field(default_factory=dict)  # monthly projection; empty: defaults
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
@@ -65,6 +68,8 @@ def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
                              ("shards", cfg.shards, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}", field=name)
+    if cfg.watch_after_s < 0:
+        raise ConfigError(f"watch_after_s must be >= 0, got {cfg.watch_after_s}", field="watch_after_s")
     if cfg.limit is not None and cfg.limit < 1:
         raise ConfigError(f"limit must be >= 1, got {cfg.limit}", field="limit")
     if not 0.0 < cfg.cache_threshold <= 1.0:

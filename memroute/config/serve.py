@@ -36,6 +36,7 @@ class AutoscalingConfig:
     target_ongoing_requests: float = 2.0
     upscale_delay_s: float = 3.0
     downscale_delay_s: float = 60.0
+    look_back_period_s: float = 30.0  # the window the ongoing requests are averaged over
 
     def to_ray(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class AutoscalingConfig:
             "target_ongoing_requests": self.target_ongoing_requests,
             "upscale_delay_s": self.upscale_delay_s,
             "downscale_delay_s": self.downscale_delay_s,
+            "look_back_period_s": self.look_back_period_s,
         }
 
 
@@ -70,6 +72,10 @@ class IngressConfig:
     # Requests arriving together are routed as one batch (one embedding call, one engine call per tier).
     max_batch_size: int = 16
     batch_wait_timeout_s: float = 0.005
+    # Batches routed at once. 1 keeps batches large (best on few cores); more lets a tier see
+    # several calls in flight, which is what its autoscaler counts (max_ongoing_requests must
+    # be >= max_batch_size * max_concurrent_batches).
+    max_concurrent_batches: int = 1
     store_flush_interval_s: float = 1.0  # Milvus flush after journal writes (searches stay fast)
 
 
@@ -164,8 +170,17 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
         if d.max_batch_size < 1:
             raise ConfigError("max_batch_size must be >= 1", field=f"{where}.max_batch_size")
     _check_autoscaling(cfg.ingress.autoscaling, "ingress.autoscaling")
-    if cfg.ingress.max_batch_size < 1:
+    ing = cfg.ingress
+    if ing.max_batch_size < 1:
         raise ConfigError("max_batch_size must be >= 1", field="ingress.max_batch_size")
+    if ing.max_concurrent_batches < 1:
+        raise ConfigError("max_concurrent_batches must be >= 1", field="ingress.max_concurrent_batches")
+    if ing.max_ongoing_requests < ing.max_batch_size * ing.max_concurrent_batches:
+        raise ConfigError(
+            f"ingress.max_ongoing_requests ({ing.max_ongoing_requests}) must be >= max_batch_size x "
+            f"max_concurrent_batches ({ing.max_batch_size} x {ing.max_concurrent_batches}), or batches never fill",
+            field="ingress.max_ongoing_requests",
+        )
     return cfg
 
 
@@ -177,6 +192,8 @@ def _check_autoscaling(a: AutoscalingConfig, field_name: str) -> None:
         )
     if a.target_ongoing_requests <= 0:
         raise ConfigError("target_ongoing_requests must be > 0", field=f"{field_name}.target_ongoing_requests")
+    if a.look_back_period_s <= 0:
+        raise ConfigError("look_back_period_s must be > 0", field=f"{field_name}.look_back_period_s")
 
 
 def _check_local_path(path: str | None, field_name: str) -> None:
