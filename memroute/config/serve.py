@@ -80,6 +80,18 @@ class IngressConfig:
 
 
 @dataclass
+class ShadowConfig:
+    """A live confidently-wrong estimate (memroute/serving/shadow.py): on this share of the
+    requests a cheaper tier answered, the last tier answers the same prompt off the request path,
+    and an F1 between the two answers under ``disagree_below`` counts as confidently wrong."""
+
+    share: float = 0.0  # 0: off. Each sample costs one last-tier call.
+    disagree_below: float = 0.5
+    queue_size: int = 64  # samples waiting for the last tier; more are dropped, never waited for
+    seed: int = 0
+
+
+@dataclass
 class HttpConfig:
     host: str = "127.0.0.1"
     port: int = 8000
@@ -92,6 +104,7 @@ class ServeConfig:
     route_prefix: str = "/"
     http: HttpConfig = field(default_factory=HttpConfig)
     ingress: IngressConfig = field(default_factory=IngressConfig)
+    shadow: ShadowConfig = field(default_factory=ShadowConfig)
     cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
     deploy: dict[str, TierDeployConfig] = field(default_factory=dict)  # hosting of cascade slots
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
@@ -170,6 +183,14 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
         if d.max_batch_size < 1:
             raise ConfigError("max_batch_size must be >= 1", field=f"{where}.max_batch_size")
     _check_autoscaling(cfg.ingress.autoscaling, "ingress.autoscaling")
+    sh = cfg.shadow
+    if not 0.0 <= sh.share <= 1.0:
+        raise ConfigError(f"shadow.share must be in [0, 1], got {sh.share}", field="shadow.share")
+    if not 0.0 < sh.disagree_below <= 1.0:
+        raise ConfigError(f"shadow.disagree_below must be in (0, 1], got {sh.disagree_below}",
+                          field="shadow.disagree_below")
+    if sh.queue_size < 1:
+        raise ConfigError("shadow.queue_size must be >= 1", field="shadow.queue_size")
     ing = cfg.ingress
     if ing.max_batch_size < 1:
         raise ConfigError("max_batch_size must be >= 1", field="ingress.max_batch_size")

@@ -43,6 +43,7 @@ from memroute.journal.idempotency import (
 )
 from memroute.llm.base import Backend
 from memroute.routing.router import RouteRequest
+from memroute.serving.shadow import ShadowJudge
 from memroute.types import RouteResult, TurnPair, stable_id
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,16 @@ class ServingCore:
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
             JournaledRetriever(self.retriever, self.journal),
         )
+        self.shadow = self._shadow_judge(cfg)
         self.flusher.start()  # replays whatever a previous process acknowledged but did not flush
         self.started_at = time.time()
+
+    def _shadow_judge(self, cfg: ServeConfig) -> ShadowJudge | None:
+        tiers = self.router.tiers
+        if cfg.shadow.share <= 0 or len(tiers) < 2:
+            return None
+        return ShadowJudge(cfg.shadow, tiers[-1], len(tiers) - 1, system_prompt=cfg.router.system_prompt,
+                           max_tokens=cfg.router.max_tokens, registry=self.registry)
 
     # -- memory writes (flusher thread) ------------------------------------------------------
 
@@ -138,7 +147,11 @@ class ServingCore:
 
     def route_batch(self, prepared: Sequence[PreparedChat]) -> list[RouteResult]:
         """Route requests together (one embedding call, one engine batch per tier)."""
-        return self.router.route_many([route_request(p) for p in prepared])
+        requests = [route_request(p) for p in prepared]
+        results = self.router.route_many(requests)
+        if self.shadow is not None:  # judged in a background thread: the answers do not wait
+            self.shadow.offer([r.query for r in requests], results)
+        return results
 
     def respond(self, prepared: PreparedChat, result: RouteResult, *, latency_s: float) -> ApiResponse:
         """The response; a claimed key records it first (a fsync), so a retry finds it."""
@@ -193,6 +206,7 @@ class ServingCore:
             "flusher": {"running": self.flusher.running, "write_errors": f.write_errors,
                         "last_error": f.last_error},
             "uptime_s": round(time.time() - self.started_at, 1),
+            **({"shadow": self.shadow.stats()} if self.shadow is not None else {}),
         }
 
     def metrics(self) -> bytes:
@@ -219,6 +233,8 @@ class ServingCore:
         return ok
 
     def close(self) -> None:
+        if self.shadow is not None:
+            self.shadow.close()
         left = self.flusher.stop(drain=True)
         if left:
             log.warning("%d journaled turn-pairs not yet in the store; they replay on next start", left)

@@ -71,3 +71,62 @@ class FakeRetriever:
             hits.sort(key=lambda h: -h.score)
             out.append(hits[: top_k or 5])
         return out
+
+
+# ------------------------------------------------------------- ServingCore with mock tiers
+
+
+class Counting:
+    """A back end that counts the prompts it was asked to answer."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.prompts = inner, 0
+        self.model_id = inner.model_id
+
+    def generate_many(self, batch, **kw):
+        self.prompts += len(batch)
+        return self.inner.generate_many(batch, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class FakeStore:
+    def __init__(self, retriever) -> None:
+        self.retriever = retriever
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def list_user(self, user_id):  # upserts by id, as Milvus does
+        return list({p.id: p for p in self.retriever.pairs if p.user_id == user_id}.values())
+
+
+def serving_core(tmp_path, monkeypatch, *models, api_keys, journal=None, **overrides):
+    """A :class:`ServingCore` over in-process mock tiers (``models``: ModelConfig, cheapest first)
+    and a fake retriever; ``test_backends`` / ``test_retriever`` expose them to the test."""
+    from memroute import build
+    from memroute.config.api import ApiConfig
+    from memroute.config.journal import JournalConfig
+    from memroute.config.schema import MemoryConfig, RouterConfig
+    from memroute.config.serve import ServeConfig
+    from memroute.serving.core import ServingCore
+
+    retriever = FakeRetriever()
+    parts = build.MemoryParts(None, FakeStore(retriever), retriever)
+    monkeypatch.setattr(build, "memory", lambda *a, **k: parts)
+    backends = [Counting(build.backend(m, None)) for m in models]
+    cfg = ServeConfig(
+        cascade={str(i): m for i, m in enumerate(models)},
+        memory=MemoryConfig(uri=str(tmp_path / "milvus.db")),
+        router=overrides.pop("router", RouterConfig(tau=0.5, max_tokens=24)),
+        journal=journal or JournalConfig(path=str(tmp_path / "journal.sqlite3"), interval_s=0.0),
+        api=ApiConfig(api_keys=dict(api_keys)),
+        **overrides,
+    )
+    core = ServingCore(cfg, backends)
+    core.test_backends, core.test_retriever = backends, retriever
+    return core

@@ -159,64 +159,20 @@ def test_bad_keys_are_refused(db, key):
 KEYS = {"sk-a": "acme", "sk-b": "globex"}
 
 
-class Counting:
-    """A back end that counts the prompts it was asked to answer."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.prompts = inner, 0
-        self.model_id = inner.model_id
-
-    def generate_many(self, batch, **kw):
-        self.prompts += len(batch)
-        return self.inner.generate_many(batch, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
-class FakeStore:
-    def __init__(self, retriever) -> None:
-        self.retriever = retriever
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def list_user(self, user_id):  # upserts by id, as Milvus does
-        return list({p.id: p for p in self.retriever.pairs if p.user_id == user_id}.values())
-
-
 @pytest.fixture
 def core(tmp_path, monkeypatch):
-    from memroute import build
-    from memroute.config.api import ApiConfig
     from memroute.config.journal import JournalConfig
-    from memroute.config.schema import MemoryConfig, ModelConfig, RouterConfig
-    from memroute.config.serve import ServeConfig
-    from memroute.serving.core import ServingCore
+    from memroute.config.schema import ModelConfig
 
-    from .fakes import FakeRetriever
+    from .fakes import serving_core
 
-    retriever = FakeRetriever()
-    parts = build.MemoryParts(None, FakeStore(retriever), retriever)
-    monkeypatch.setattr(build, "memory", lambda *a, **k: parts)
     small = ModelConfig(name="mock-small", engine="mock", params_b=0.5,
                         engine_args={"rules": [{"match": "(?i)^why\\b", "logprob": -2.5}]})
     large = ModelConfig(name="mock-large", engine="mock", params_b=8.0,
                         engine_args={"answer": "Large answer.", "logprob": -0.01})
-    backends = [Counting(build.backend(m, None)) for m in (small, large)]
-    cfg = ServeConfig(
-        cascade={"0": small, "1": large},
-        memory=MemoryConfig(uri=str(tmp_path / "milvus.db")),
-        router=RouterConfig(tau=0.5, max_tokens=24),
-        journal=JournalConfig(path=str(tmp_path / "journal.sqlite3"), interval_s=0.0,
-                              idempotency_wait_s=5.0),
-        api=ApiConfig(api_keys=dict(KEYS)),
-    )
-    c = ServingCore(cfg, backends)
-    c.test_backends, c.test_retriever = backends, retriever
+    c = serving_core(tmp_path, monkeypatch, small, large, api_keys=KEYS,
+                     journal=JournalConfig(path=str(tmp_path / "journal.sqlite3"), interval_s=0.0,
+                                           idempotency_wait_s=5.0))
     yield c
     c.close()
 
