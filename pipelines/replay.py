@@ -116,11 +116,11 @@ def replay_http_sharded(cfg: ReplayConfig, prices: Sequence[TierPrice], requests
             sampler.wait_settled(cfg.watch_after_s)
     sampler.write_csv(run_dir / REPLICAS_CSV)
     merged = Checkpoint(run_dir / "rows.jsonl")
-    have = {r["request_id"] for r in merged.rows}
+    have = {request_id for _, request_id in merged.done}
     for k in range(shards):
         path = shard_checkpoint(run_dir, k)
         if path.exists():
-            merged.append([r for r in Checkpoint(path).rows if r["request_id"] not in have])
+            merged.append([r for r in Checkpoint(path).iter_rows() if r["request_id"] not in have])
     return merged, sampler
 
 
@@ -130,7 +130,7 @@ def _replay_shard(cfg: ReplayConfig, prices: list[TierPrice], requests: list[Tra
 
     log = Checkpoint(Path(checkpoint))
     replay_http(cfg, prices, requests, log, run=run, progress=False)
-    return len(log.rows)
+    return len(log.done)
 
 
 def replicas_table(samples: Sequence[tuple[float, str, int]]) -> list[dict[str, Any]]:

@@ -178,3 +178,19 @@ def test_report_windows_and_first_last_ratio(tmp_path):
     assert "vs always_large: from request 2" in report
     assert "| memroute | 50.0 | 0.0 | 0.0 |" in report  # esc % first, last, last/first
     assert all((tmp_path / f).is_file() for f in files)
+
+
+def test_a_line_cut_by_a_kill_never_hides_the_rows_appended_after_the_resume(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    first = Checkpoint(path)
+    first.append([{"strategy": "memroute", "request_id": f"r{i}", "seq": i, "f1": None} for i in range(3)])
+    with path.open("a") as fh:  # the kill: half a row, no newline
+        fh.write('{"strategy": "memroute", "request_id": "r3", "se')
+    resumed = Checkpoint(path)
+    assert resumed.done == {("memroute", f"r{i}") for i in range(3)}  # r3 is redone
+    resumed.append([{"strategy": "memroute", "request_id": "r3", "seq": 3, "f1": 0.5}])
+    again = Checkpoint(path)
+    assert again.done == {("memroute", f"r{i}") for i in range(4)}
+    assert [r["seq"] for r in again.iter_rows("memroute")] == [0, 1, 2, 3]
+    frame = again.frame()  # read columnar from the file; nulls and floats in one column
+    assert frame["seq"].to_list() == [0, 1, 2, 3] and frame["f1"].to_list() == [None, None, None, 0.5]

@@ -42,23 +42,40 @@ def waves(requests: Iterable[tuple[int, TraceRequest]], size: int) -> Iterator[l
 
 
 class Checkpoint:
-    """Append-only JSON Lines of rows; the set of (strategy, request_id) already done."""
+    """Append-only JSON Lines of rows, and the set of (strategy, request_id) already done.
+
+    Only ``done`` stays in memory: the rows are read back from the file when asked for, so a
+    100,000-request replay does not hold half a million rows as Python dicts (docs/BENCHMARKS.md:
+    3.6 GB for the report that way, 0.5 GB from the file). A line cut by a kill mid-write is
+    dropped on load, and the file rewritten without it, so rows appended after a resume are
+    never hidden behind it.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.done: set[tuple[str, str]] = set()
-        self.rows: list[Row] = []
-        if path.exists():
-            with path.open(encoding="utf-8") as fh:
-                for line in fh:
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except ValueError:  # a line cut by the kill: its wave is redone
-                        break
-                    self.rows.append(row)
-                    self.done.add((row["strategy"], row["request_id"]))
+        if not path.exists():
+            return
+        cut = False
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                row = _parse(line)
+                if row is None:
+                    cut = cut or bool(line.strip())  # a line cut by the kill: its wave is redone
+                    continue
+                self.done.add((row["strategy"], row["request_id"]))
+        if cut:
+            self._drop_cut_lines()
+
+    def _drop_cut_lines(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with self.path.open(encoding="utf-8") as src, tmp.open("w", encoding="utf-8") as dst:
+            for line in src:
+                if _parse(line) is not None:
+                    dst.write(line if line.endswith("\n") else line + "\n")
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, self.path)
 
     def append(self, rows: Sequence[Row]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,8 +85,39 @@ class Checkpoint:
             fh.flush()
             os.fsync(fh.fileno())
         for row in rows:
-            self.rows.append(row)
             self.done.add((row["strategy"], row["request_id"]))
+
+    def iter_rows(self, strategy: str | None = None) -> Iterator[Row]:
+        """The recorded rows in file order (one strategy's, or all), parsed as they are read."""
+        if not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    row = json.loads(line)
+                    if strategy is None or row["strategy"] == strategy:
+                        yield row
+
+    @property
+    def rows(self) -> list[Row]:
+        return list(self.iter_rows())
+
+    def frame(self) -> Any:
+        """All rows as a polars DataFrame, read columnar from the file."""
+        import polars as pl
+
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return pl.DataFrame()
+        return pl.read_ndjson(self.path, infer_schema_length=None)
+
+
+def _parse(line: str) -> Row | None:
+    if not line.strip():
+        return None
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def replay_strategy(
@@ -89,7 +137,7 @@ def replay_strategy(
     started = time.perf_counter()
     spent = {"answer_s": 0.0, "shadow_s": 0.0, "model_s": 0.0, "requests": 0.0}
     book = EvidenceBook()
-    earlier = {r["request_id"]: r for r in checkpoint.rows if r["strategy"] == strategy.name}
+    earlier = {r["request_id"]: r for r in checkpoint.iter_rows(strategy.name)}
     # Rows already done still feed the evidence book, in trace order, so scores match a run
     # that was never interrupted.
     todo: list[tuple[int, TraceRequest]] = []
@@ -121,7 +169,7 @@ def replay_strategy(
             on_wave(rows)
     if timing is not None:
         timing.update(spent, total_s=time.perf_counter() - started)
-    return [r for r in checkpoint.rows if r["strategy"] == strategy.name]
+    return list(checkpoint.iter_rows(strategy.name))
 
 
 def _row(strategy: Strategy, seq: int, req: TraceRequest, o: Outcome, book: EvidenceBook,

@@ -110,7 +110,7 @@ def run_replay(cfg: ReplayConfig, *, progress: bool = True, run_dir: Path | None
             replay_http(cfg, prices(models), requests, checkpoint, run=run_dir.name,
                         progress=progress, timing=timings["memroute"])
     (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
-    rows = pl.DataFrame(checkpoint.rows, infer_schema_length=None)
+    rows = checkpoint.frame()
     rows.write_parquet(run_dir / "rows.parquet")
     report, files = write_report(rows, run_dir, window=cfg.window, volumes=cfg.volumes or None,
                                  strategies=cfg.strategies, timings=timings)
@@ -142,7 +142,7 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
             if needs_memory(name):
                 memory_cfg = replace(cfg.memory, uri=memory_uri(cfg, run_dir, name))
                 memory = build.memory(cfg.embedder, memory_cfg, cfg.retrieval, assets, enc=encoder)
-                _restore_memories(memory, [r for r in checkpoint.rows if r["strategy"] == name])
+                _restore_memories(memory, list(checkpoint.iter_rows(name)))
             parts = StrategyParts(tiers, prices(models), cfg.router, cfg.retrieval,
                                   memory.retriever if memory else None, encoder=encoder.encode,
                                   cache_threshold=cfg.cache_threshold)
