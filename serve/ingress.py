@@ -10,24 +10,45 @@ may open. With a Milvus server the ingress scales out like any stateless replica
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from memroute.api.body import BodyLimit, check_media_type, decode_json
 from memroute.api.handler import IDEMPOTENCY_HEADER, ApiResponse, PreparedChat
 from memroute.api.metrics import CONTENT_TYPE
-from memroute.api.schema import check_body_size
+from memroute.api.responses import error_body, error_object
 from memroute.config.schema import ordered_cascade
 from memroute.config.serve import ServeConfig
-from memroute.errors import InvalidRequest
-from memroute.namespace import namespace
+from memroute.errors import InvalidRequest, MethodNotAllowed, NotFound
 from memroute.types import RouteResult
 
-app = FastAPI(title="memroute", docs_url=None, redoc_url=None)
+# The schema is an operator surface: served behind the admin key below, not by FastAPI openly.
+app = FastAPI(title="memroute", docs_url=None, redoc_url=None, openapi_url=None)
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _routing_error(request: Request, exc: StarletteHTTPException) -> Response:
+    """Unknown routes and wrong methods in OpenAI's error shape, not FastAPI's ``{"detail"}``."""
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code in (404, 405):
+        err = (NotFound(f"no such endpoint: {where}", field="path") if exc.status_code == 404
+               else MethodNotAllowed(f"{where} is not allowed", field="method"))
+        status, body = error_body(err)
+    else:
+        status = exc.status_code
+        body = error_object(status, str(exc.detail))
+    return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
+
+
+@app.exception_handler(Exception)
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    status, body = error_body(exc)  # a fixed 500 message; the details stay in the log
+    return JSONResponse(body, status_code=status)
 
 
 def _http(resp: ApiResponse) -> Response:
@@ -58,7 +79,7 @@ class RouterIngress:
         self.cfg = cfg
         self.core = core = ServingCore(cfg, backends)
 
-        async def route_batch(prepared: list[PreparedChat]) -> list[RouteResult]:
+        async def route_batch(prepared: list[PreparedChat]) -> list[RouteResult | Exception]:
             # The Router blocks (engine calls through handles, Milvus): keep it off the event loop.
             return await asyncio.to_thread(core.route_batch, prepared)
 
@@ -75,18 +96,16 @@ class RouterIngress:
         started = time.perf_counter()
         tenant = prepared = None
         try:
-            raw = await request.body()
-            check_body_size(len(raw), self.cfg.api.limits)
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                raise InvalidRequest("the request body is not valid JSON", field="body") from None
+            authorization = request.headers.get("authorization")
+            # The key before a byte of the body is read: an unauthenticated caller learns
+            # nothing about validation and cannot make this replica buffer anything.
+            tenant = self.core.keys.authenticate(authorization)
+            body = await self._json_body(request)
             keys = request.headers.getlist(IDEMPOTENCY_HEADER)
             if len(keys) > 1:
                 raise InvalidRequest("send one Idempotency-Key header", field=IDEMPOTENCY_HEADER)
             prepared = await asyncio.to_thread(
-                self.core.prepare, body, request.headers.get("authorization"),
-                keys[0] if keys else None,
+                self.core.prepare, body, authorization, keys[0] if keys else None,
             )
             tenant = prepared.tenant
             if prepared.idempotency_key is None:
@@ -98,6 +117,15 @@ class RouterIngress:
         except Exception as exc:  # noqa: BLE001 - every failure becomes an OpenAI-shaped error
             resp = self.core.error(exc, tenant=tenant, prepared=prepared)
         return _http(resp)
+
+    async def _json_body(self, request: Request) -> object:
+        """Media type, size while streaming in (413 once past the limit), depth, JSON."""
+        limits = self.cfg.api.limits
+        check_media_type(request.headers.get("content-type"))
+        body = BodyLimit(limits, request.headers.get("content-length"))
+        async for chunk in request.stream():
+            body.feed(chunk)
+        return decode_json(body.body(), limits)
 
     async def _keyed(self, prepared: PreparedChat, started: float) -> ApiResponse:
         """A replay of the key's first answer (no model work), or route and record it; waits
@@ -111,6 +139,8 @@ class RouterIngress:
     async def _answer(self, prepared: PreparedChat, started: float) -> ApiResponse:
         try:
             result = await self.route(prepared)
+            if isinstance(result, BaseException):  # this member alone failed in its batch
+                raise result
             latency_s = time.perf_counter() - started
             if prepared.idempotency_key is None:
                 return self.core.respond(prepared, result, latency_s=latency_s)
@@ -129,34 +159,49 @@ class RouterIngress:
     async def healthz(self) -> Response:
         return JSONResponse(await asyncio.to_thread(self.core.health))
 
+    # -- operator endpoints: the admin key (api.admin_keys), never a tenant's ----------------
+
+    def _admin(self, request: Request) -> Response | None:
+        """None for an admin key, else the 401/403 response."""
+        try:
+            self.core.keys.authenticate_admin(request.headers.get("authorization"))
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        return None
+
     @app.get("/metrics")
-    async def metrics(self) -> Response:
+    async def metrics(self, request: Request) -> Response:
+        if (refused := self._admin(request)) is not None:
+            return refused
         return Response(self.core.metrics(), media_type=CONTENT_TYPE)
+
+    @app.get("/openapi.json")
+    async def openapi(self, request: Request) -> Response:
+        if (refused := self._admin(request)) is not None:
+            return refused
+        return JSONResponse(app.openapi())
 
     @app.post("/admin/drain")
     async def drain(self, request: Request) -> Response:
         """Wait until every acknowledged turn-pair is in Milvus (tests, orderly shutdown)."""
-        try:
-            self.core.keys.authenticate(request.headers.get("authorization"))
-        except Exception as exc:  # noqa: BLE001
-            return _http(self.core.error(exc))
+        if (refused := self._admin(request)) is not None:
+            return refused
         ok = await asyncio.to_thread(self.core.drain)
         return JSONResponse({"drained": ok}, status_code=200 if ok else 503)
 
     @app.get("/admin/memories")
     async def memories(self, request: Request) -> Response:
-        """Stored turn-pairs of ``?user=`` in the caller's own tenant (the key's): ``?user=alice``
-        with an acme key reads acme:alice. POST /admin/drain first to see every acknowledged pair."""
+        """Stored turn-pairs of ``?tenant=&user=``. POST /admin/drain first to see every
+        acknowledged pair."""
+        if (refused := self._admin(request)) is not None:
+            return refused
+        q = request.query_params
         try:
-            tenant = self.core.keys.authenticate(request.headers.get("authorization"))
-            user = request.query_params.get("user")
-            if not user:
-                raise InvalidRequest("the query parameter user is required", field="user")
-            user_id = namespace(tenant, user)
+            user_id = self.core.api.namespace_of(q.get("tenant"), q.get("user"))
         except Exception as exc:  # noqa: BLE001
             return _http(self.core.error(exc))
         body = await asyncio.to_thread(self.core.memories, user_id)
-        return JSONResponse({"user": user, **body})
+        return JSONResponse({"tenant": q.get("tenant"), "user": q.get("user"), **body})
 
     def __del__(self) -> None:
         core = getattr(self, "core", None)

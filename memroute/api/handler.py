@@ -38,7 +38,7 @@ from memroute.api.schema import ChatRequest, parse_chat_request
 from memroute.api.tenancy import ApiKeys
 from memroute.config.api import ApiConfig
 from memroute.errors import InvalidRequest
-from memroute.namespace import namespace
+from memroute.namespace import namespace, validate_tenant
 from memroute.types import RouteResult
 
 JSON = "application/json"
@@ -128,6 +128,19 @@ class ChatApi:
         )
         digest = body_hash(body) if key is not None else None
         return PreparedChat(tenant, chat, namespace(tenant, chat.user), key, digest)
+
+    def namespace_of(self, tenant: str | None, user: str | None) -> str:
+        """The memory namespace an operator names (``?tenant=&user=``), validated as a chat
+        request's ``user`` is (same length limit), so admin reads accept no id chat refuses."""
+        if not tenant:
+            raise InvalidRequest("the query parameter tenant is required", field="tenant")
+        if not user:
+            raise InvalidRequest("the query parameter user is required", field="user")
+        validate_tenant(tenant)
+        limit = self.cfg.limits.max_user_chars
+        if len(user) > limit:
+            raise InvalidRequest(f"user is {len(user)} characters; the limit is {limit}", field="user")
+        return namespace(tenant, user)
 
     def replay(self, stored: str, tenant: str) -> ApiResponse:
         """The first answer of an idempotency key, sent again (no model work)."""

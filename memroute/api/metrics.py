@@ -3,10 +3,13 @@
 Nothing is registered at import: :class:`ApiMetrics` puts its collectors on the
 ``CollectorRegistry`` it is given (one per deployment replica, or one per test), never on
 prometheus_client's global registry. Label values are bounded: tiers are cascade indexes,
-tenants come from the API-key table, statuses are HTTP codes.
+tenants come from the API-key table (or are hashed, or merged into one ``all``:
+``api.metrics_tenant_labels``), statuses are HTTP codes.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -28,9 +31,21 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 _EFF_COST_BUCKETS = (10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4, 3e4, 1e5, 3e5, 1e6)
 
 
+def tenant_label(tenant: str, mode: str = "plain") -> str:
+    """The tenant as a metric label: itself, ``t-`` + 12 hex of its SHA-256, or ``all``."""
+    if mode == "off":
+        return "all"
+    if mode == "hashed":
+        return "t-" + hashlib.sha256(tenant.encode()).hexdigest()[:12]
+    return tenant
+
+
 class ApiMetrics:
-    def __init__(self, registry: CollectorRegistry, *, prefix: str = "memroute") -> None:
+    def __init__(
+        self, registry: CollectorRegistry, *, prefix: str = "memroute", tenant_labels: str = "plain"
+    ) -> None:
         self.registry = registry
+        self.tenant_labels = tenant_labels
         p = prefix
         self.requests = Counter(
             f"{p}_requests", "Chat requests by HTTP status and tenant",
@@ -75,6 +90,7 @@ class ApiMetrics:
         self, result: RouteResult, tenant: str, latency_s: float, *, status: int = 200
     ) -> None:
         """One answered request: its status, routing, per-call tokens, cost and latency."""
+        tenant = tenant_label(tenant, self.tenant_labels)
         self.requests.labels(status=str(status), tenant=tenant).inc()
         d = result.decision
         answered = str(d.answered_tier)
@@ -95,12 +111,14 @@ class ApiMetrics:
 
     def record_replay(self, tenant: str) -> None:
         """A retried request answered with its first answer: a 200, but no routing counted twice."""
+        tenant = tenant_label(tenant, self.tenant_labels)
         self.requests.labels(status="200", tenant=tenant).inc()
         self.replays.labels(tenant=tenant).inc()
 
     def record_error(self, status: int, tenant: str | None = None) -> None:
         """A refused or failed request (4xx/5xx); ``tenant`` None before authentication."""
-        self.requests.labels(status=str(status), tenant=tenant or UNKNOWN_TENANT).inc()
+        label = tenant_label(tenant, self.tenant_labels) if tenant else UNKNOWN_TENANT
+        self.requests.labels(status=str(status), tenant=label).inc()
 
 
 def render(registry: CollectorRegistry) -> bytes:

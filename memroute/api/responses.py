@@ -181,6 +181,14 @@ _SERVER_MESSAGES = {
 }
 
 
+def error_object(status: int, message: str, *, param: str | None = None,
+                 code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape for any status (used directly for errors outside the chat flow)."""
+    kind = ("server_error" if status >= 500 else
+            "authentication_error" if status == 401 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
 def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
     """``(status, {"error": {message, type, param, code}})`` in OpenAI's error shape.
 
@@ -198,10 +206,8 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
         status, message, param, code = 500, "", None, "internal_error"
     if status >= 500:
         message, code = _SERVER_MESSAGES.get(status, ("internal server error", code))
-        kind, param = "server_error", None
-    else:
-        kind = "authentication_error" if status == 401 else "invalid_request_error"
-    return status, {"error": {"message": message, "type": kind, "param": param, "code": code}}
+        param = None
+    return status, error_object(status, message, param=param, code=code)
 
 
 def new_completion_id() -> str:

@@ -4,12 +4,15 @@ Every problem raises before any model or store is touched, as :class:`InvalidReq
 :class:`NotFound` (404, unknown model) or :class:`PayloadTooLarge` (413), with ``field`` set to
 the JSON path of the bad value (``messages[1].content``) so the error body's ``param`` names it.
 Fields OpenAI defines but memroute does not use (``top_p``, ``stop``, ``seed``, ...) and unknown
-fields are ignored, as OpenAI does.
+fields are ignored, as OpenAI does. Every string that is used (``model``, each message's content or
+text part, ``user``) must be valid Unicode without NUL (:func:`_check_text`), so a request that
+would fail inside a tokenizer or the store is refused here, alone, before it joins a batch.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,9 @@ from memroute.errors import InvalidRequest, NotFound, PayloadTooLarge
 from memroute.types import Message
 
 ROLES = ("system", "user", "assistant")
+# Lone UTF-16 surrogate halves (JSON allows "\ud800"; UTF-8 cannot encode them: the tokenizers
+# raise) and NUL (the embedder's tokenizer silently drops it; C-string paths may cut at it).
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ def _model(body: dict, models: Collection[str] | None) -> str:
     model = body["model"]
     if not isinstance(model, str):
         raise InvalidRequest(f"model must be a string, got {_json_type(model)}", field="model")
+    _check_text(model, "model")
     if not model.strip():
         raise InvalidRequest("model must not be empty", field="model")
     if models is not None and model not in models:
@@ -147,7 +154,7 @@ def _message(raw: Any, path: str) -> Message:
 def _content(raw: Any, path: str) -> str:
     """A string, or an array of ``{"type": "text", "text": ...}`` parts joined by newlines."""
     if isinstance(raw, str):
-        return raw
+        return _check_text(raw, path)
     if raw is None:
         raise InvalidRequest(f"{path} is required", field=path)
     if not isinstance(raw, list):
@@ -171,7 +178,7 @@ def _content(raw: Any, path: str) -> str:
             raise InvalidRequest(
                 f"{p}.text must be a string, got {_json_type(text)}", field=f"{p}.text"
             )
-        texts.append(text)
+        texts.append(_check_text(text, f"{p}.text"))
     return "\n".join(texts)
 
 
@@ -181,6 +188,7 @@ def _user(body: dict, limits: ApiLimits, default_user: str) -> tuple[str, bool]:
         return default_user, False
     if not isinstance(user, str):
         raise InvalidRequest(f"user must be a string, got {_json_type(user)}", field="user")
+    _check_text(user, "user")
     if not user:
         raise InvalidRequest("user must not be empty (omit it for the default user)", field="user")
     if len(user) > limits.max_user_chars:
@@ -251,6 +259,30 @@ def _include_usage(body: dict) -> bool:
             field="stream_options.include_usage",
         )
     return bool(value)
+
+
+def _check_text(text: str, path: str) -> str:
+    """``text`` if the models and the store can take it, else :class:`InvalidRequest` naming
+    ``path``, the code point and its position.
+
+    Refused, not repaired: replacing a lone surrogate with U+FFFD (or dropping a NUL) would
+    answer, and remember for good, a text the client did not send, and hide a broken client
+    encoder; a 400 naming the field is visible and the client can fix and resend.
+    """
+    bad = _BAD_TEXT.search(text)
+    if bad is None:
+        return text
+    cp = ord(bad.group())
+    at = bad.start()
+    if cp == 0:
+        raise InvalidRequest(
+            f"{path} contains a NUL character (U+0000) at position {at}; remove it", field=path
+        )
+    raise InvalidRequest(
+        f"{path} is not valid Unicode: a lone surrogate U+{cp:04X} at position {at} (half of a "
+        "UTF-16 pair) cannot be encoded as UTF-8; send the whole character or remove it",
+        field=path,
+    )
 
 
 def _check_n(body: dict) -> None:

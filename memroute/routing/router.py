@@ -2,7 +2,10 @@
 
 The same class answers in-process (benchmarks, replay) and behind Ray Serve, so what is
 measured is what is served. Requests are processed tier by tier in batches
-(:meth:`Router.route_many`); :meth:`Router.route` is the batch of one.
+(:meth:`Router.route_many`); :meth:`Router.route` is the batch of one. :meth:`Router.route_each`
+is the same flow with fault isolation (:mod:`memroute.routing.isolation`): a member whose
+validation, retrieval, tier call or memory write fails gets its own exception, the others their
+answers (what the server needs: concurrent requests of different tenants share a batch).
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import InvalidRequest
 from memroute.llm.base import Backend
+from memroute.routing.isolation import Steps, keep
 from memroute.routing.prompt import build_messages, select_within_budget
 from memroute.routing.confidence import CONFIDENCE
 from memroute.types import (
     CallRecord,
     Message,
+    ModelReply,
     RetrievalHit,
     RouteDecision,
     RouteResult,
@@ -63,6 +68,25 @@ class _Pending:
     calls: list[CallRecord] = field(default_factory=list)
 
 
+@dataclass
+class _Prompt:
+    messages: list[Message]
+    memories: list[RetrievalHit]  # the hits that fit the tier's budget
+    base_tokens: int  # the prompt's tokens without the memory block
+
+
+def _identity(i: int) -> int:
+    return i
+
+
+def _index(p: _Pending) -> int:
+    return p.index
+
+
+def _member_index(member: tuple[_Pending, _Prompt]) -> int:
+    return member[0].index
+
+
 class Router:
     def __init__(
         self,
@@ -90,25 +114,49 @@ class Router:
         return self.route_many([RouteRequest(user_id, query, **kw)])[0]  # type: ignore[arg-type]
 
     def route_many(self, requests: Sequence[RouteRequest]) -> list[RouteResult]:
-        for i, req in enumerate(requests):
-            validate_user_id(req.user_id)
-            if not isinstance(req.query, str) or not req.query.strip():
-                raise InvalidRequest(f"request {i}: the query is empty", field="query")
-        hits = self._retrieve(requests)
-        pending = [_Pending(i, h) for i, h in enumerate(hits)]
-        results: list[RouteResult | None] = [None] * len(requests)
+        """Route a batch; any failure raises (before the memory write: nothing is remembered)."""
+        results = self._route(requests, Steps(isolate=False))
+        assert all(isinstance(r, RouteResult) for r in results)
+        return results  # type: ignore[return-value]
+
+    def route_each(self, requests: Sequence[RouteRequest]) -> list[RouteResult | Exception]:
+        """Route a batch; one result per request: its answer, or the exception that failed it
+        alone. Batched calls as in :meth:`route_many` while they succeed; a batched step that
+        raises is retried in halves to find the failing member(s) (see ``routing.isolation``).
+        A member whose memory write fails is failed too: its answer was not remembered."""
+        return self._route(requests, Steps(isolate=True))
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _route(
+        self, requests: Sequence[RouteRequest], steps: Steps
+    ) -> list[RouteResult | Exception]:
+        out: list[RouteResult | Exception | None] = [None] * len(requests)
+        checked = steps.each(lambda i: self._validate(i, requests[i]), range(len(requests)))
+        live, _ = keep(range(len(requests)), checked, out, _identity)
+        hits = steps.batch(lambda ix: self._retrieve([requests[i] for i in ix]), live)
+        live, hits = keep(live, hits, out, _identity)
+        pending = [_Pending(i, h) for i, h in zip(live, hits)]
         for t, tier in enumerate(self.tiers):
             if not pending:
                 break
             last = t == len(self.tiers) - 1
-            pending = self._run_tier(t, tier, last, requests, pending, results)
-        done = [r for r in results if r is not None]
-        assert len(done) == len(requests)
+            pending = self._run_tier(t, tier, last, requests, pending, out, steps)
+        assert all(r is not None for r in out)
+        done = {i: r for i, r in enumerate(out) if isinstance(r, RouteResult)}
         if self.cfg.store_answers and self.retriever is not None:
-            self.retriever.remember([self._turn_pair(q, r) for q, r in zip(requests, done)])
-        return done
+            answered = list(done)
+            pairs = steps.each(lambda i: self._turn_pair(requests[i], done[i]), answered)
+            answered, pairs = keep(answered, pairs, out, _identity)
+            by_index = dict(zip(answered, pairs))  # built once: a retried write has the same ids
+            written = steps.batch(lambda ix: self._remember([by_index[i] for i in ix]), answered)
+            keep(answered, written, out, _identity)
+        return out  # type: ignore[return-value]
 
-    # -- steps ---------------------------------------------------------------------------------
+    def _validate(self, i: int, req: RouteRequest) -> None:
+        validate_user_id(req.user_id)
+        if not isinstance(req.query, str) or not req.query.strip():
+            raise InvalidRequest(f"request {i}: the query is empty", field="query")
 
     def _retrieve(self, requests: Sequence[RouteRequest]) -> list[list[RetrievalHit]]:
         if not self.cfg.use_memory or self.retriever is None:
@@ -117,9 +165,21 @@ class Router:
             [r.user_id for r in requests], [r.query for r in requests], top_k=self.retrieval.top_k
         )
 
+    def _remember(self, pairs: Sequence[TurnPair]) -> list[None]:
+        assert self.retriever is not None
+        self.retriever.remember(pairs)
+        return [None] * len(pairs)
+
     def _budget(self, tier_index: int) -> int:
         probing = tier_index == 0 and len(self.tiers) > 1
         return self.retrieval.probe_token_budget if probing else self.retrieval.token_budget
+
+    def _prompt(self, t: int, backend: Backend, query: str, hits: list[RetrievalHit]) -> _Prompt:
+        chosen = select_within_budget(hits, self._budget(t), backend.count_text_tokens)
+        messages = build_messages(self.cfg.system_prompt, query, chosen)
+        # Exact attribution: the same prompt without the memory block.
+        base = backend.count_tokens(build_messages(self.cfg.system_prompt, query))
+        return _Prompt(messages, chosen, base)
 
     def _run_tier(
         self,
@@ -128,51 +188,66 @@ class Router:
         last: bool,
         requests: Sequence[RouteRequest],
         pending: list[_Pending],
-        results: list[RouteResult | None],
+        out: list[RouteResult | Exception | None],
+        steps: Steps,
     ) -> list[_Pending]:
         backend = tier.backend
-        prompts: list[list[Message]] = []
-        used: list[list[RetrievalHit]] = []
-        base_tokens: list[int] = []
-        for p in pending:
-            query = requests[p.index].query
-            chosen = select_within_budget(p.hits, self._budget(t), backend.count_text_tokens)
-            used.append(chosen)
-            prompts.append(build_messages(self.cfg.system_prompt, query, chosen))
-            # Exact attribution: the same prompt without the memory block.
-            base_tokens.append(backend.count_tokens(build_messages(self.cfg.system_prompt, query)))
-        replies = backend.generate_many(prompts, max_tokens=self.cfg.max_tokens)
+        built = steps.each(
+            lambda p: self._prompt(t, backend, requests[p.index].query, p.hits), pending
+        )
+        pending, prompts = keep(pending, built, out, _index)
+        members = list(zip(pending, prompts))  # (pending, its prompt) per member
+        replies = steps.batch(
+            lambda ms: backend.generate_many(
+                [pr.messages for _, pr in ms], max_tokens=self.cfg.max_tokens
+            ),
+            members,
+        )
+        members, replies = keep(members, replies, out, _member_index)
+        judged = steps.each(
+            lambda mr: self._judge(t, tier, last, *mr[0], mr[1]), list(zip(members, replies))
+        )
+        members, results = keep(members, judged, out, _member_index)
         still: list[_Pending] = []
-        for p, reply, chosen, base in zip(pending, replies, used, base_tokens):
-            c = self.confidence_fn(reply, self.cfg.l_min)
-            accepted = last or c >= self.cfg.tau
-            p.confidences.append(c)
-            p.calls.append(
-                CallRecord(
-                    tier=t,
-                    model_id=backend.model_id,
-                    base_prompt_tokens=base,
-                    injected_tokens=reply.prompt_tokens - base,
-                    output_tokens=reply.completion_tokens,
-                    eff_cost=tier.pricing.eff_cost(reply.prompt_tokens, reply.completion_tokens),
-                    latency_s=reply.latency_s,
-                    confidence=c,
-                    accepted=accepted,
-                    params_b=tier.pricing.params_b,
-                )
-            )
-            if accepted:
-                decision = RouteDecision(
-                    answered_tier=t,
-                    answered_model=backend.model_id,
-                    confidences=list(p.confidences),
-                    escalated=t > 0,
-                    memories=chosen,
-                )
-                results[p.index] = RouteResult(reply.text.strip(), decision, p.calls)
-            else:
+        for (p, _), result in zip(members, results):
+            if result is None:
                 still.append(p)
+            else:
+                out[p.index] = result
         return still
+
+    def _judge(
+        self, t: int, tier: Tier, last: bool, p: _Pending, prompt: _Prompt, reply: ModelReply
+    ) -> RouteResult | None:
+        """Record the call on ``p``; its result when accepted, None to escalate."""
+        backend = tier.backend
+        c = self.confidence_fn(reply, self.cfg.l_min)
+        accepted = last or c >= self.cfg.tau
+        p.confidences.append(c)
+        p.calls.append(
+            CallRecord(
+                tier=t,
+                model_id=backend.model_id,
+                base_prompt_tokens=prompt.base_tokens,
+                injected_tokens=reply.prompt_tokens - prompt.base_tokens,
+                output_tokens=reply.completion_tokens,
+                eff_cost=tier.pricing.eff_cost(reply.prompt_tokens, reply.completion_tokens),
+                latency_s=reply.latency_s,
+                confidence=c,
+                accepted=accepted,
+                params_b=tier.pricing.params_b,
+            )
+        )
+        if not accepted:
+            return None
+        decision = RouteDecision(
+            answered_tier=t,
+            answered_model=backend.model_id,
+            confidences=list(p.confidences),
+            escalated=t > 0,
+            memories=prompt.memories,
+        )
+        return RouteResult(reply.text.strip(), decision, p.calls)
 
     def _turn_pair(self, req: RouteRequest, res: RouteResult) -> TurnPair:
         now = time.time()

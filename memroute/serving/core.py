@@ -68,7 +68,8 @@ class ServingCore:
         self.cfg = cfg
         self.keys = ApiKeys.from_api_config(cfg.api, environ=environ)  # fails early without keys
         self.registry = CollectorRegistry()
-        self.api = ChatApi(cfg.api, self.keys, ApiMetrics(self.registry))
+        metrics = ApiMetrics(self.registry, tenant_labels=cfg.api.metrics_tenant_labels)
+        self.api = ChatApi(cfg.api, self.keys, metrics)
 
         mem = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, build.asset_store(cfg.assets))
         self.encoder, self.store, self.retriever = mem.encoder, mem.store, mem.retriever
@@ -145,12 +146,16 @@ class ServingCore:
             self._claims[id(prepared)] = outcome
         return None
 
-    def route_batch(self, prepared: Sequence[PreparedChat]) -> list[RouteResult]:
-        """Route requests together (one embedding call, one engine batch per tier)."""
+    def route_batch(self, prepared: Sequence[PreparedChat]) -> list[RouteResult | Exception]:
+        """Route requests together (one embedding call, one engine batch per tier). One result
+        per request: its answer, or the exception that failed it alone (``Router.route_each``:
+        another tenant's bad request in the same batch never fails this one)."""
         requests = [route_request(p) for p in prepared]
-        results = self.router.route_many(requests)
+        results = self.router.route_each(requests)
         if self.shadow is not None:  # judged in a background thread: the answers do not wait
-            self.shadow.offer([r.query for r in requests], results)
+            ok = [(q, r) for q, r in zip(requests, results) if isinstance(r, RouteResult)]
+            if ok:
+                self.shadow.offer([q.query for q, _ in ok], [r for _, r in ok])
         return results
 
     def respond(self, prepared: PreparedChat, result: RouteResult, *, latency_s: float) -> ApiResponse:

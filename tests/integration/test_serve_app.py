@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.vllm]  # ~90 s: the acceptance tests of the endpoint r
 
 KEYS = {"sk-a": "acme", "sk-b": "globex"}
 KEY_ACME, KEY_GLOBEX = "sk-a", "sk-b"
+ADMIN = "sk-app-admin"
 TIER_MODELS = ["smollm2-135m", "smollm2-135m-hf"]  # the cpu-tiny preset, cheapest first
 MAX_INPUT_CHARS = 2000
 MAX_BODY_BYTES = 20000
@@ -61,7 +62,7 @@ def app_url(tmp_path_factory):
             f"api.limits.max_body_bytes={MAX_BODY_BYTES}",
         ],
     )
-    cfg = replace(cfg, blocking=False, api=replace(cfg.api, api_keys=dict(KEYS)))
+    cfg = replace(cfg, blocking=False, api=replace(cfg.api, api_keys=dict(KEYS), admin_keys=[ADMIN]))
     try:
         url = start(cfg)
         wait_healthy(url, timeout=180.0)
@@ -99,16 +100,15 @@ def auth(key: str | None) -> dict[str, str]:
 
 
 def drain(url: str) -> None:
-    r = httpx.post(f"{url}/admin/drain", headers=auth(KEY_ACME), timeout=TIMEOUT)
+    r = httpx.post(f"{url}/admin/drain", headers=auth(ADMIN), timeout=TIMEOUT)
     assert r.status_code == 200 and r.json() == {"drained": True}, r.text
 
 
 def stored(url: str, user: str, key: str = KEY_ACME) -> dict:
     """What Milvus holds for (the key's tenant, user), after draining the journal."""
     drain(url)
-    r = httpx.get(
-        f"{url}/admin/memories", params={"user": user}, headers=auth(key), timeout=TIMEOUT
-    )
+    r = httpx.get(f"{url}/admin/memories", params={"tenant": KEYS[key], "user": user},
+                  headers=auth(ADMIN), timeout=TIMEOUT)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["pending"] == 0, body
@@ -406,11 +406,13 @@ def test_models_health_and_metrics(app_url):
     health = httpx.get(f"{app_url}/healthz", timeout=TIMEOUT).json()
     assert health["status"] == "ok" and health["tiers"] == TIER_MODELS
 
-    # The admin endpoints need a key; the memories one also a user (read in the key's tenant).
-    for method, path in (("POST", "/admin/drain"), ("GET", "/admin/memories?user=alice")):
+    # The admin endpoints need the admin key (a tenant's is refused); memories a tenant and user.
+    for method, path in (("POST", "/admin/drain"), ("GET", "/admin/memories?tenant=acme&user=alice")):
         r = httpx.request(method, f"{app_url}{path}", timeout=TIMEOUT)
         assert r.status_code == 401 and r.json()["error"]["param"] == "authorization", path
-    r = httpx.get(f"{app_url}/admin/memories", headers=auth(KEY_ACME), timeout=TIMEOUT)
+        r = httpx.request(method, f"{app_url}{path}", headers=auth(KEY_ACME), timeout=TIMEOUT)
+        assert r.status_code == 403, path
+    r = httpx.get(f"{app_url}/admin/memories?tenant=acme", headers=auth(ADMIN), timeout=TIMEOUT)
     assert r.status_code == 400 and r.json()["error"]["param"] == "user"
     assert health["flusher"]["running"] is True
 
@@ -419,7 +421,7 @@ def test_models_health_and_metrics(app_url):
     with pytest.raises(openai.AuthenticationError):
         ask(client(app_url, "sk-wrong"), "metrics-user", "Say hi.")
 
-    r = httpx.get(f"{app_url}/metrics", timeout=TIMEOUT)
+    r = httpx.get(f"{app_url}/metrics", headers=auth(ADMIN), timeout=TIMEOUT)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     counts: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(r.text):

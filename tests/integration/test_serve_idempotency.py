@@ -20,6 +20,7 @@ from .serving import deployed, free_port  # noqa: E402
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
 KEY = "sk-acme"
+ADMIN = {"Authorization": "Bearer sk-idem-admin"}
 TIMEOUT = 60.0
 TIER0_RULES = [{"match": "(?i)^why\\b", "logprob": -2.5}]  # "why" escalates to tier 1
 SLOW_TIER_S = 1.0  # tier 1's latency: the window in which a duplicate arrives
@@ -55,7 +56,7 @@ def mock_serve_config(tmp, port: int):
         memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_idem"),
         router=RouterConfig(tau=0.5, max_tokens=24),
         journal=JournalConfig(path=str(tmp / "journal.sqlite3"), idempotency_wait_s=20.0),
-        api=ApiConfig(api_keys=dict(KEYS)),
+        api=ApiConfig(api_keys=dict(KEYS), admin_keys=["sk-idem-admin"]),
         blocking=False,
     )
 
@@ -80,9 +81,10 @@ def ask(url: str, user: str, text: str, key: str | None, api_key: str = KEY):
 
 
 def stored(url: str, user: str, api_key: str = KEY) -> int:
-    auth = {"Authorization": f"Bearer {api_key}"}
-    assert httpx.post(f"{url}/admin/drain", headers=auth, timeout=TIMEOUT).json() == {"drained": True}
-    body = httpx.get(f"{url}/admin/memories", params={"user": user}, headers=auth,
+    """Turn-pairs of ``user`` in the tenant of ``api_key`` (read with the admin key)."""
+    tenant = KEYS[api_key]
+    assert httpx.post(f"{url}/admin/drain", headers=ADMIN, timeout=TIMEOUT).json() == {"drained": True}
+    body = httpx.get(f"{url}/admin/memories", params={"tenant": tenant, "user": user}, headers=ADMIN,
                      timeout=TIMEOUT).json()
     return body["count"] + body["pending"]
 
@@ -251,6 +253,6 @@ def test_a_killed_http_replay_resumes_and_stores_nothing_twice(app, tmp_path):
 
 
 def _replays(url: str) -> float:
-    metrics = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
+    metrics = httpx.get(f"{url}/metrics", headers=ADMIN, timeout=TIMEOUT).text
     return sum(float(ln.split()[-1]) for ln in metrics.splitlines()
                if ln.startswith("memroute_idempotent_replays_total") and 'tenant="acme"' in ln)

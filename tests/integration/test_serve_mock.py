@@ -19,6 +19,7 @@ from .serving import deployed, free_port  # noqa: E402
 
 KEYS = {"sk-mock": "acme"}
 KEY = "sk-mock"
+ADMIN = "sk-mock-admin"
 TIMEOUT = 60.0
 LOW_CONFIDENCE = -2.5  # tier 0's log-prob per token on "why" questions: c = 1/6 < tau 0.5
 TIER0_RULES = [
@@ -63,7 +64,7 @@ def mock_serve_config(tmp, port: int):
         memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_mock"),
         router=RouterConfig(tau=0.5, max_tokens=24),
         journal=JournalConfig(path=str(tmp / "journal.sqlite3")),
-        api=ApiConfig(api_keys=dict(KEYS)),
+        api=ApiConfig(api_keys=dict(KEYS), admin_keys=[ADMIN]),
         blocking=False,
     )
 
@@ -97,8 +98,8 @@ def report(completion) -> dict:
     return completion.model_extra["memroute"]
 
 
-def auth() -> dict[str, str]:
-    return {"Authorization": f"Bearer {KEY}"}
+def auth(key: str = KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 def base_prompt_tokens(cfg, query: str) -> int:
@@ -147,12 +148,11 @@ def test_the_mock_cascade_end_to_end(app):
     assert m["memories_used"]["count"] >= 1 and m["tokens"]["injected"] > 0
     assert "ZX-4471" in r.choices[0].message.content  # the memory reached the model
     assert not m["escalated"]
-    assert httpx.post(f"{url}/admin/drain", headers=auth(), timeout=TIMEOUT).json() == {
+    assert httpx.post(f"{url}/admin/drain", headers=auth(ADMIN), timeout=TIMEOUT).json() == {
         "drained": True
     }
-    body = httpx.get(
-        f"{url}/admin/memories", params={"user": "alice"}, headers=auth(), timeout=TIMEOUT
-    ).json()
+    body = httpx.get(f"{url}/admin/memories", params={"tenant": "acme", "user": "alice"},
+                     headers=auth(ADMIN), timeout=TIMEOUT).json()
     assert body["count"] == 2 and any(
         "Q: My locker code is ZX-4471." in x["text"] for x in body["memories"]
     )
@@ -170,3 +170,60 @@ def test_the_mock_cascade_end_to_end(app):
     elapsed = time.perf_counter() - app["ray_up"]
     print(f"\n[serve-mock] deploy + requests: {elapsed:.1f}s")
     assert elapsed < BUDGET_S
+
+
+def error_of(r) -> dict:
+    """The OpenAI error object of a response (fails on FastAPI's {"detail": ...} or plain text)."""
+    body = r.json()
+    assert set(body) == {"error"} and {"message", "type", "param", "code"} <= set(body["error"]), body
+    return body["error"]
+
+
+def test_errors_have_one_shape_and_the_key_comes_before_the_body(app):
+    url, chat = app["url"], f"{app['url']}/v1/chat/completions"
+    limit = app["cfg"].api.limits.max_body_bytes
+    # no key: 401 whatever the body (invalid JSON, too large, too deep): nothing is read first
+    for body in (b"{not json", b"x" * (10 * limit), b"[" * 100_000):
+        r = httpx.post(chat, content=body, headers={"content-type": "application/json"}, timeout=TIMEOUT)
+        assert r.status_code == 401 and error_of(r)["param"] == "authorization"
+    # with a key: 413 from Content-Length, 413 while a chunked body streams in, 400 for depth
+    r = httpx.post(chat, content=b"x" * (limit + 1), headers=auth(), timeout=TIMEOUT)
+    assert r.status_code == 413 and error_of(r)["param"] == "body"
+
+    def chunks():
+        for _ in range(limit // 65_536 + 2):
+            yield b" " * 65_536
+
+    r = httpx.post(chat, content=chunks(), headers=auth(), timeout=TIMEOUT)
+    assert r.status_code == 413 and error_of(r)["param"] == "body"
+    r = httpx.post(chat, content=b"[" * 100_000, headers=auth(), timeout=TIMEOUT)
+    assert r.status_code == 400 and error_of(r)["param"] == "body" and "nests" in error_of(r)["message"]
+    r = httpx.post(chat, content=b"{}", headers={**auth(), "content-type": "text/plain"}, timeout=TIMEOUT)
+    assert r.status_code == 415 and error_of(r)["param"] == "content-type"
+    # routing errors outside the chat handler: OpenAI's shape, not FastAPI's {"detail": ...}
+    r = httpx.get(f"{url}/v1/no-such-thing", headers=auth(), timeout=TIMEOUT)
+    assert r.status_code == 404 and error_of(r)["param"] == "path"
+    r = httpx.get(chat, headers=auth(), timeout=TIMEOUT)
+    assert r.status_code == 405 and error_of(r)["param"] == "method"
+
+
+def test_operator_endpoints_need_the_admin_key(app):
+    url = app["url"]
+    for method, path in (("GET", "/metrics"), ("GET", "/openapi.json"), ("POST", "/admin/drain"),
+                         ("GET", "/admin/memories?tenant=acme&user=alice")):
+        r = httpx.request(method, f"{url}{path}", timeout=TIMEOUT)
+        assert r.status_code == 401 and error_of(r)["param"] == "authorization", path
+        r = httpx.request(method, f"{url}{path}", headers=auth(KEY), timeout=TIMEOUT)
+        assert r.status_code == 403 and error_of(r)["code"] == "permission_denied", path
+    r = httpx.get(f"{url}/metrics", headers=auth(ADMIN), timeout=TIMEOUT)
+    assert r.status_code == 200 and "memroute_requests_total" in r.text
+    r = httpx.get(f"{url}/openapi.json", headers=auth(ADMIN), timeout=TIMEOUT)
+    assert r.status_code == 200 and "/v1/chat/completions" in r.json()["paths"]
+    # admin reads accept no user id that chat refuses (10,000 characters: chat's limit is 256)
+    r = httpx.get(f"{url}/admin/memories", params={"tenant": "acme", "user": "u" * 10_000},
+                  headers=auth(ADMIN), timeout=TIMEOUT)
+    assert r.status_code == 400 and error_of(r)["param"] == "user"
+    # an admin key is not a tenant: it cannot chat (and so cannot read or write memories there)
+    r = httpx.post(f"{url}/v1/chat/completions", headers=auth(ADMIN), timeout=TIMEOUT,
+                   json={"model": "memroute", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 403 and error_of(r)["param"] == "authorization"

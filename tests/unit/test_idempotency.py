@@ -190,6 +190,8 @@ def call(core, payload, key=None, api_key="sk-a"):
         if replay is not None:
             return replay
         result = core.route_batch([prepared])[0]
+        if isinstance(result, BaseException):  # as the ingress does
+            raise result
         return core.respond(prepared, result, latency_s=0.01)
     except Exception as exc:  # noqa: BLE001
         return core.error(exc, tenant=getattr(prepared, "tenant", None), prepared=prepared)
