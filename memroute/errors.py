@@ -75,3 +75,31 @@ class BackendError(MemrouteError):
 
     status = 502
     code = "backend_error"
+
+
+class RateLimited(MemrouteError):
+    """A tenant is over its request or token rate (``api.rate_limits``): 429.
+
+    ``retry_after_s`` is when a retry would be admitted; ``limit_type`` is ``"requests"`` or
+    ``"tokens"`` (the ``type`` of OpenAI's 429 body); ``headers`` are extra response headers
+    (``x-ratelimit-*``) the limiter computed.
+    """
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float,
+        field: str | None = None,
+        tenant: str | None = None,
+        limit_type: str = "requests",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = float(retry_after_s)
+        self.tenant = tenant
+        self.limit_type = limit_type
+        self.headers = dict(headers or {})

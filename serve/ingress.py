@@ -97,15 +97,15 @@ class RouterIngress:
         tenant = prepared = None
         try:
             authorization = request.headers.get("authorization")
-            # The key before a byte of the body is read: an unauthenticated caller learns
-            # nothing about validation and cannot make this replica buffer anything.
-            tenant = self.core.keys.authenticate(authorization)
+            # The key and the tenant's rate limits before a byte of the body is read: an
+            # unauthenticated or throttled caller learns nothing and costs no buffering.
+            tenant = self.core.admit(authorization)
             body = await self._json_body(request)
             keys = request.headers.getlist(IDEMPOTENCY_HEADER)
             if len(keys) > 1:
                 raise InvalidRequest("send one Idempotency-Key header", field=IDEMPOTENCY_HEADER)
             prepared = await asyncio.to_thread(
-                self.core.prepare, body, authorization, keys[0] if keys else None,
+                self.core.prepare, body, authorization, keys[0] if keys else None, tenant=tenant,
             )
             tenant = prepared.tenant
             if prepared.idempotency_key is None:

@@ -3,7 +3,7 @@
 A server (the Ray Serve ingress) does::
 
     try:
-        prepared = api.prepare(body, headers.get("authorization"))    # 401 / 400 / 404 / 413
+        prepared = api.prepare(body, headers.get("authorization"))    # 401 / 429 / 400 / 404 / 413
         result = await router(prepared.user_id, prepared.chat.query)   # the cascade (serving core)
         return api.respond(prepared, result, latency_s=...)            # body or SSE + headers
     except Exception as exc:
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memroute.api.metrics import ApiMetrics
+from memroute.api.ratelimit import TenantLimiter, retry_after_headers
 from memroute.api.responses import (
     chat_completion,
     error_body,
@@ -33,11 +34,12 @@ from memroute.api.responses import (
     models_list,
     new_completion_id,
     stream_chunks,
+    usage,
 )
 from memroute.api.schema import ChatRequest, parse_chat_request
 from memroute.api.tenancy import ApiKeys
 from memroute.config.api import ApiConfig
-from memroute.errors import InvalidRequest
+from memroute.errors import InvalidRequest, RateLimited
 from memroute.namespace import namespace, validate_tenant
 from memroute.types import RouteResult
 
@@ -112,16 +114,29 @@ class ChatApi:
         metrics: ApiMetrics | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        limiter: TenantLimiter | None = None,
     ) -> None:
         self.cfg = cfg
         self.keys = keys
         self.metrics = metrics
         self.clock = clock
+        # Per-tenant request and token rates (api.rate_limits); None when nothing is limited.
+        self.limiter = limiter if limiter is not None else TenantLimiter.from_config(cfg)
+
+    def admit(self, authorization: str | None) -> str:
+        """The caller's tenant, if its key is valid (401/403) and it is within its rate limits
+        (429): a server calls this before reading the body, so a refusal costs nothing."""
+        tenant = self.keys.authenticate(authorization)
+        if self.limiter is not None:
+            self.limiter.admit(tenant)
+        return tenant
 
     def prepare(
-        self, body: Any, authorization: str | None, idempotency_key: str | None = None
+        self, body: Any, authorization: str | None, idempotency_key: str | None = None,
+        *, tenant: str | None = None,
     ) -> PreparedChat:
-        tenant = self.keys.authenticate(authorization)
+        """``tenant``: given when :meth:`admit` already ran for this request (not counted twice)."""
+        tenant = tenant if tenant is not None else self.admit(authorization)
         key = check_idempotency_key(idempotency_key)
         chat = parse_chat_request(
             body, limits=self.cfg.limits, default_user=self.cfg.default_user, models=self.cfg.models
@@ -158,6 +173,8 @@ class ChatApi:
             finish=finish_reason(result, chat.max_tokens),
         )
         headers = memroute_headers(result)
+        if self.limiter is not None:  # tokens are known only now: charged after the answer
+            self.limiter.charge(prepared.tenant, usage(result)["total_tokens"])
         if self.metrics is not None:
             self.metrics.record(result, prepared.tenant, latency_s)
         if chat.stream:
@@ -166,9 +183,14 @@ class ChatApi:
 
     def error(self, exc: BaseException, *, tenant: str | None = None) -> ApiResponse:
         status, body = error_body(exc)
+        if isinstance(exc, RateLimited) and tenant is None:
+            tenant = exc.tenant  # refused in prepare, before the caller knew the tenant
         if self.metrics is not None:
             self.metrics.record_error(status, tenant)
         headers = {"www-authenticate": "Bearer"} if status == 401 else {}
+        if isinstance(exc, RateLimited):
+            headers.update(exc.headers)
+            headers.update(retry_after_headers(exc.retry_after_s))
         return ApiResponse(status, JSON, headers, body=body)
 
     def models(self, authorization: str | None) -> ApiResponse:

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from memroute.api.schema import ChatRequest
-from memroute.errors import ConfigError, MemrouteError, NotFound
+from memroute.errors import ConfigError, MemrouteError, NotFound, RateLimited
 from memroute.types import RouteResult
 
 HEADER_PREFIX = "x-memroute-"
@@ -182,10 +182,13 @@ _SERVER_MESSAGES = {
 
 
 def error_object(status: int, message: str, *, param: str | None = None,
-                 code: str | None = None) -> dict[str, Any]:
-    """OpenAI's error shape for any status (used directly for errors outside the chat flow)."""
-    kind = ("server_error" if status >= 500 else
-            "authentication_error" if status == 401 else "invalid_request_error")
+                 code: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape for any status (used directly for errors outside the chat flow).
+    A 429's type is ``requests`` or ``tokens`` (which limit), as OpenAI's are."""
+    if kind is None:
+        kind = ("server_error" if status >= 500 else
+                "authentication_error" if status == 401 else
+                "requests" if status == 429 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
@@ -196,18 +199,21 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
     message and, in ``param``, the bad field. A configuration error met while serving is the
     server's fault (500). Server errors (5xx, and any other exception as 500) get a fixed message.
     """
+    kind = None
     if isinstance(exc, ConfigError):
         status, message, param, code = 500, "", None, "config_error"
     elif isinstance(exc, MemrouteError):
         status, message, param, code = exc.status, exc.message, exc.field, exc.code
         if isinstance(exc, NotFound) and exc.field == "model":
             code = "model_not_found"
+        if isinstance(exc, RateLimited):  # type "requests" / "tokens", code rate_limit_exceeded
+            kind = exc.limit_type
     else:
         status, message, param, code = 500, "", None, "internal_error"
     if status >= 500:
         message, code = _SERVER_MESSAGES.get(status, ("internal server error", code))
         param = None
-    return status, error_object(status, message, param=param, code=code)
+    return status, error_object(status, message, param=param, code=code, kind=kind)
 
 
 def new_completion_id() -> str:

@@ -112,10 +112,14 @@ class ServingCore:
 
     # -- request flow ------------------------------------------------------------------------
 
+    def admit(self, authorization: str | None) -> str:
+        return self.api.admit(authorization)
+
     def prepare(
-        self, body: Any, authorization: str | None, idempotency_key: str | None = None
+        self, body: Any, authorization: str | None, idempotency_key: str | None = None,
+        *, tenant: str | None = None,
     ) -> PreparedChat:
-        return self.api.prepare(body, authorization, idempotency_key)
+        return self.api.prepare(body, authorization, idempotency_key, tenant=tenant)
 
     def begin(self, prepared: PreparedChat) -> ApiResponse | None:
         """The first answer again when the request's key has one (a replay); None when there

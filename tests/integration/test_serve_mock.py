@@ -17,7 +17,7 @@ httpx = pytest.importorskip("httpx")
 
 from .serving import deployed, free_port  # noqa: E402
 
-KEYS = {"sk-mock": "acme"}
+KEYS = {"sk-mock": "acme", "sk-mock-b": "globex", "sk-mock-c": "initech"}
 KEY = "sk-mock"
 ADMIN = "sk-mock-admin"
 TIMEOUT = 60.0
@@ -32,7 +32,7 @@ BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
 
 def mock_serve_config(tmp, port: int):
     """The one place the test's ServeConfig is built (the config's shape changes here only)."""
-    from memroute.config.api import ApiConfig
+    from memroute.config.api import ApiConfig, RateLimitConfig
     from memroute.config.journal import JournalConfig
     from memroute.config.schema import MemoryConfig, ModelConfig, RouterConfig
     from memroute.config.serve import (
@@ -64,7 +64,8 @@ def mock_serve_config(tmp, port: int):
         memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_mock"),
         router=RouterConfig(tau=0.5, max_tokens=24),
         journal=JournalConfig(path=str(tmp / "journal.sqlite3")),
-        api=ApiConfig(api_keys=dict(KEYS), admin_keys=[ADMIN]),
+        api=ApiConfig(api_keys=dict(KEYS), admin_keys=[ADMIN],
+                      tenant_rate_limits={"initech": RateLimitConfig(requests_per_s=0.01, burst=1)}),
         blocking=False,
     )
 
@@ -227,3 +228,46 @@ def test_operator_endpoints_need_the_admin_key(app):
     r = httpx.post(f"{url}/v1/chat/completions", headers=auth(ADMIN), timeout=TIMEOUT,
                    json={"model": "memroute", "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 403 and error_of(r)["param"] == "authorization"
+
+
+def test_a_poisoned_request_fails_alone_among_another_tenants_batch(app):
+    """The defect: a lone surrogate (valid JSON) raised in the embedder inside the shared batch,
+    and 11 of 32 concurrent requests of another tenant got 500."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chat = f"{app['url']}/v1/chat/completions"
+    poison = ('{"model": "memroute", "user": "mallory", "messages": '
+              '[{"role": "user", "content": "hi \\ud800 there"}]}').encode()
+
+    def normal(i: int):
+        return httpx.post(chat, headers=auth("sk-mock-b"), timeout=TIMEOUT, json={
+            "model": "memroute", "user": f"b{i % 4}", "messages": [{"role": "user", "content": f"Hello {i}?"}]})
+
+    def poisoned(_: int):
+        return httpx.post(chat, content=poison, timeout=TIMEOUT,
+                          headers={**auth(), "content-type": "application/json"})
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        futures = [pool.submit(poisoned if i % 11 == 5 else normal, i) for i in range(35)]
+        replies = [f.result() for f in futures]
+    bad = [r for i, r in enumerate(replies) if i % 11 == 5]
+    good = [r for i, r in enumerate(replies) if i % 11 != 5]
+    assert [r.status_code for r in good] == [200] * len(good)
+    for r in bad:
+        assert r.status_code == 400 and error_of(r)["param"] == "messages[0].content", r.text
+
+
+def test_a_tenant_over_its_rate_limit_gets_429_before_its_body_is_read(app):
+    chat = f"{app['url']}/v1/chat/completions"
+    body = {"model": "memroute", "user": "u", "messages": [{"role": "user", "content": "Hello?"}]}
+    assert httpx.post(chat, headers=auth("sk-mock-c"), json=body, timeout=TIMEOUT).status_code == 200
+    big = b"x" * (10 * app["cfg"].api.limits.max_body_bytes)  # would be a 413 if it were read
+    r = httpx.post(chat, headers={**auth("sk-mock-c"), "content-type": "application/json"}, content=big,
+                   timeout=TIMEOUT)
+    assert r.status_code == 429 and error_of(r)["code"] == "rate_limit_exceeded"
+    assert int(r.headers["retry-after"]) >= 1 and "initech" in error_of(r)["message"]
+    with pytest.raises(openai.RateLimitError):  # what the openai client makes of it
+        openai.OpenAI(base_url=f"{app['url']}/v1", api_key="sk-mock-c", max_retries=0).chat.completions.create(
+            model="memroute", messages=[{"role": "user", "content": "again"}])
+    # another tenant is not limited by it
+    assert httpx.post(chat, headers=auth("sk-mock-b"), json=body, timeout=TIMEOUT).status_code == 200
