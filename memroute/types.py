@@ -151,6 +151,7 @@ class RouteDecision:
     confidences: list[float]  # one per tier tried, in order
     escalated: bool
     memories: list[RetrievalHit] = field(default_factory=list)
+    memory_degraded: bool = False  # the memory could not be read: answered without it
 
 
 @dataclass

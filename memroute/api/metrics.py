@@ -77,6 +77,10 @@ class ApiMetrics:
             f"{p}_tier_latency_seconds", "Model call latency by tier", ["tier"],
             buckets=_LATENCY_BUCKETS, registry=registry,
         )
+        self.memory_degraded = Counter(
+            f"{p}_memory_degraded", "Requests answered without memory because it could not be "
+            "read (store or embedder failing)", registry=registry,
+        )
         self.replays = Counter(
             f"{p}_idempotent_replays", "Requests answered from the Idempotency-Key table "
             "(no model work)", ["tenant"], registry=registry,
@@ -97,6 +101,8 @@ class ApiMetrics:
         self.answered.labels(tier=answered).inc()
         if d.escalated:
             self.escalations.labels(tenant=tenant).inc()
+        if d.memory_degraded:
+            self.memory_degraded.inc()
         for c in result.calls:
             tier = str(c.tier)
             self.confidence.labels(tier=tier).observe(c.confidence)

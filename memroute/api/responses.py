@@ -33,6 +33,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
         "tier": d.answered_tier,
         "model": d.answered_model,
         "escalated": d.escalated,
+        "memory_degraded": d.memory_degraded,
         "confidences": [round(c, 6) for c in d.confidences],
         "memories_used": {
             "count": len(d.memories),
@@ -108,6 +109,7 @@ def memroute_headers(result: RouteResult) -> dict[str, str]:
         "tier": str(r["tier"]),
         "model": r["model"],
         "escalated": "true" if r["escalated"] else "false",
+        "memory-degraded": "true" if r["memory_degraded"] else "false",
         "confidence": ",".join(f"{c:.4f}" for c in r["confidences"]),
         "eff-cost": f"{r['eff_cost']:.6g}",
         "tokens-base": str(r["tokens"]["base"]),

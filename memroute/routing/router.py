@@ -10,13 +10,15 @@ answers (what the server needs: concurrent requests of different tenants share a
 
 from __future__ import annotations
 
+import logging
+
 import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
-from memroute.errors import InvalidRequest
+from memroute.errors import InvalidRequest, MemrouteError
 from memroute.llm.base import Backend
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.prompt import build_messages, select_within_budget
@@ -32,6 +34,8 @@ from memroute.types import (
     stable_id,
     validate_user_id,
 )
+
+log = logging.getLogger(__name__)
 
 
 class MemoryRetriever(Protocol):
@@ -66,6 +70,7 @@ class _Pending:
     hits: list[RetrievalHit]
     confidences: list[float] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
+    memory_degraded: bool = False
 
 
 @dataclass
@@ -85,6 +90,20 @@ def _index(p: _Pending) -> int:
 
 def _member_index(member: tuple[_Pending, _Prompt]) -> int:
     return member[0].index
+
+
+def _degrade_unreadable_memory(members: Sequence[int], hits: list) -> set[int]:
+    """A member whose memory could not be read (the store or the embedder failing: not its own
+    bad input, a 4xx) is answered without memories and flagged, rather than failed: the models
+    can still answer, and its new turn-pair still goes to the journal."""
+    degraded = set()
+    for k, (i, h) in enumerate(zip(members, hits)):
+        if isinstance(h, Exception) and not (isinstance(h, MemrouteError) and h.status < 500):
+            log.warning("memory unreadable for a request (%s: %s); answering without it",
+                        type(h).__name__, h)
+            hits[k] = []
+            degraded.add(i)
+    return degraded
 
 
 class Router:
@@ -135,8 +154,9 @@ class Router:
         checked = steps.each(lambda i: self._validate(i, requests[i]), range(len(requests)))
         live, _ = keep(range(len(requests)), checked, out, _identity)
         hits = steps.batch(lambda ix: self._retrieve([requests[i] for i in ix]), live)
+        degraded = _degrade_unreadable_memory(live, hits) if steps.isolate else set()
         live, hits = keep(live, hits, out, _identity)
-        pending = [_Pending(i, h) for i, h in zip(live, hits)]
+        pending = [_Pending(i, h, memory_degraded=i in degraded) for i, h in zip(live, hits)]
         for t, tier in enumerate(self.tiers):
             if not pending:
                 break
@@ -246,6 +266,7 @@ class Router:
             confidences=list(p.confidences),
             escalated=t > 0,
             memories=prompt.memories,
+            memory_degraded=p.memory_degraded,
         )
         return RouteResult(reply.text.strip(), decision, p.calls)
 

@@ -176,7 +176,9 @@ def test_a_poison_that_slips_past_the_schema_fails_only_itself(tmp_path, monkeyp
 # --------------------------------------------------- (b) one failing member fails only itself
 
 
-def test_a_member_whose_retrieval_raises_fails_alone(tmp_path, monkeypatch):
+def test_a_member_whose_memory_cannot_be_read_is_answered_without_it_and_flagged(tmp_path, monkeypatch):
+    """The store (or the embedder) failing for one member: that member alone is answered without
+    memories, flagged memory_degraded; the others keep theirs. Its own bad input (a 4xx) fails it."""
     core = make_core(tmp_path, monkeypatch)
     try:
         inner = core.test_retriever.retrieve_many
@@ -192,9 +194,27 @@ def test_a_member_whose_retrieval_raises_fails_alone(tmp_path, monkeypatch):
         monkeypatch.setattr(core.test_retriever, "retrieve_many", retrieve_many)
         prepared = mixed_batch(core, "What is my POISON?")
         results = core.route_batch(prepared)
-        assert_only_bad_failed(core, prepared, results, BackendError, 502)
+        assert all(isinstance(r, RouteResult) for r in results)
+        flags = [r.decision.memory_degraded for r in results]
+        assert flags == [i == BAD_AT for i in range(len(results))]
+        assert results[BAD_AT].decision.memories == []
+        resp = core.respond(prepared[BAD_AT], results[BAD_AT], latency_s=0.01)
+        assert resp.body["memroute"]["memory_degraded"] is True
+        assert resp.headers["x-memroute-memory-degraded"] == "true"
+        assert b"memroute_memory_degraded_total 1.0" in core.metrics()
         assert sizes[0] == N_GOOD + 1 and len(sizes) <= bisection_bound(N_GOOD + 1)
-        assert core.test_backends[0].prompts == N_GOOD  # the bad member reached no model
+        assert core.drain(10)
+        assert len(core.store.list_user(bad_ns)) == 1  # its new turn-pair was still remembered
+
+        def refuse(user_ids, queries, *, top_k=None):
+            if bad_ns in user_ids:
+                raise InvalidRequest("the query cannot be embedded", field="messages")
+            return inner(user_ids, queries, top_k=top_k)
+
+        monkeypatch.setattr(core.test_retriever, "retrieve_many", refuse)
+        results = core.route_batch(mixed_batch(core, "What is my POISON again?"))
+        assert isinstance(results[BAD_AT], InvalidRequest)  # its own fault: failed, not degraded
+        assert all(isinstance(r, RouteResult) for i, r in enumerate(results) if i != BAD_AT)
     finally:
         core.close()
 
