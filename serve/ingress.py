@@ -155,6 +155,18 @@ class RouterIngress:
     async def models(self, request: Request) -> Response:
         return _http(self.core.models(request.headers.get("authorization")))
 
+    @app.delete("/v1/memory/users/{user}")
+    async def erase_user(self, user: str, request: Request) -> Response:
+        """Forget one user of the caller's tenant (GDPR Art. 17): turn-pairs in Milvus, the
+        journal, stored answers and caches; audited (who, when, counts); idempotent."""
+        try:
+            tenant = self.core.admit(request.headers.get("authorization"))
+            user_id = self.core.api.namespace_of(tenant, user)
+            report = await asyncio.to_thread(self.core.erase_user, user_id, actor=f"tenant:{tenant}")
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        return JSONResponse({"object": "memory.erasure", "user": user, **report.to_json()})
+
     @app.get("/healthz")
     async def healthz(self) -> Response:
         return JSONResponse(await asyncio.to_thread(self.core.health))
@@ -188,6 +200,24 @@ class RouterIngress:
             return refused
         ok = await asyncio.to_thread(self.core.drain)
         return JSONResponse({"drained": ok}, status_code=200 if ok else 503)
+
+    @app.delete("/admin/tenants/{tenant}/memory")
+    async def erase_tenant(self, tenant: str, request: Request) -> Response:
+        """Forget a whole tenant (its every user), as :meth:`erase_user` does for one."""
+        if (refused := self._admin(request)) is not None:
+            return refused
+        try:
+            report = await asyncio.to_thread(self.core.erase_tenant, tenant, actor="admin")
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        return JSONResponse({"object": "memory.erasure", **report.to_json()})
+
+    @app.get("/admin/erasures")
+    async def erasures(self, request: Request) -> Response:
+        """The erasure audit log, newest first: who, when, how many rows; never the content."""
+        if (refused := self._admin(request)) is not None:
+            return refused
+        return JSONResponse({"data": await asyncio.to_thread(self.core.erasure_audit)})
 
     @app.get("/admin/memories")
     async def memories(self, request: Request) -> Response:

@@ -17,6 +17,14 @@ up in the store exactly once.
   pair at a time and is parked with :meth:`Journal.mark_failed` instead of blocking the queue.
 - One flusher per journal per process: drains are serialized by a lock, so
   :meth:`flush_now` and the thread never write the same entries at the same time.
+- Erasure: each batch is read, written and marked under :meth:`Journal.store_gate`, which an
+  erasure holds from its tombstone through its store delete, and the journal never returns
+  erased entries (seq <= their user's or tenant's tombstone). So a batch in flight either
+  reaches the store before the tombstone (the erasure's store delete removes it) or is read
+  after it, and never contains erased pairs. Only an erasure run by *another process* on the
+  same journal file can slip between the read and the write; the flusher checks after each
+  write (:meth:`Journal.erased_among`) and hands such pairs to ``on_erased`` (delete them from
+  the store), or logs an error naming the seqs when none is given.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from memroute.types import TurnPair
 log = logging.getLogger(__name__)
 
 WriteFn = Callable[[list[TurnPair]], object]
+ErasedFn = Callable[[list[TurnPair]], object]
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class Flusher:
         interval_s: float = 0.5,
         backoff_s: float = 0.2,
         max_backoff_s: float = 30.0,
+        on_erased: ErasedFn | None = None,
     ) -> None:
         check_journal_config(
             JournalConfig(
@@ -73,6 +83,7 @@ class Flusher:
             )
         self.journal = journal
         self.write_fn = write_fn
+        self.on_erased = on_erased
         self.batch_size = batch_size
         self.interval_s = float(interval_s)
         self.backoff_s = float(backoff_s)
@@ -85,13 +96,17 @@ class Flusher:
         self._stats = FlusherStats()
 
     @classmethod
-    def from_config(cls, journal: Journal, write_fn: WriteFn, cfg: JournalConfig) -> Flusher:
+    def from_config(
+        cls, journal: Journal, write_fn: WriteFn, cfg: JournalConfig, *,
+        on_erased: ErasedFn | None = None,
+    ) -> Flusher:
         return cls(
             journal,
             write_fn,
             batch_size=cfg.batch_size,
             interval_s=cfg.interval_s,
             max_backoff_s=cfg.max_backoff_s,
+            on_erased=on_erased,
         )
 
     # -------------------------------------------------------------- lifecycle
@@ -170,10 +185,11 @@ class Flusher:
             total = 0
             try:
                 while not (stop_early and self._stopping):
-                    entries = self.journal.pending(self.batch_size, max_seq=upto)
-                    if not entries:
-                        break
-                    total += self._write(entries)
+                    with self.journal.store_gate():  # an erasure waits for this batch
+                        entries = self.journal.pending(self.batch_size, max_seq=upto)
+                        if not entries:
+                            break
+                        total += self._write(entries)
             finally:
                 with self._cond:
                     self._cond.notify_all()  # wake wait_drained()
@@ -192,9 +208,28 @@ class Flusher:
         except Exception as exc:
             self._update(write_errors=1, last_error=repr(exc))
             raise
+        self._undo_erased(entries)
         marked = self.journal.mark_flushed([e.seq for e in entries])
         self._update(flushed=marked, batches=1)
         return marked
+
+    def _undo_erased(self, entries: Sequence[JournalEntry]) -> None:
+        """Pairs just written that another process erased meanwhile: out of the store again."""
+        erased = self.journal.erased_among(entries)
+        if not erased:
+            return
+        seqs = [e.seq for e in erased]
+        if self.on_erased is None:
+            log.error("journal entries %s were erased by another process while being written; "
+                      "they may be in the store again: re-run the erasure", seqs)
+            return
+        try:  # not raised: a retried batch would no longer hold them (the journal erased them)
+            self.on_erased([e.pair for e in erased])
+        except Exception:
+            log.exception("journal entries %s were erased during their write and could not be "
+                          "removed from the store again: re-run the erasure", seqs)
+            return
+        log.warning("journal entries %s were erased during their write; removed again", seqs)
 
     def _update(self, *, last_error: str | None = None, **add: int) -> None:
         s = self._stats

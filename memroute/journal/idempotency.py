@@ -17,6 +17,18 @@ Table ``idempotency``, one row per (tenant, key):
 claims of dead processes on this host are dropped at open, claims of this store at close.
 Rows older than ``ttl_s`` (from ``created_at``) count as absent and are swept lazily.
 
+Erasure: ``response`` is content (the answer text), so an erased user's rows go too. Keys are
+per tenant, and neither the key nor the stored response names the user, so :meth:`begin`
+records the memory namespace (``tenant:user``) when given, in the side table
+``idempotency_users`` (tenant, key) -> user_id; a trigger deletes its row with the key's row, so
+every path that drops a key (forget, TTL sweep, dead claims) keeps it in step. A side table
+rather than a column: the ``idempotency`` table keeps its shape for older code. Rows written
+before (or without a user) are unattributed. :meth:`IdempotencyStore.erase_user` deletes the
+user's rows and, by default, the tenant's unattributed rows as well, since they may be the user's: the cost for the tenant's other users is only that a retry of such a key
+runs again instead of replaying (its turn-pair id comes from the key, so it replaces its pair).
+:meth:`IdempotencyStore.erase_tenant` deletes every row of the tenant. A request whose claim is
+deleted while it runs cannot record its answer afterwards (:meth:`complete` returns False).
+
 A duplicate that finds the key in progress waits up to ``wait_s`` (woken at once by this
 store's completions, polling for other processes' ones), then gets :class:`InProgress`.
 """
@@ -37,6 +49,8 @@ from pathlib import Path
 
 from memroute.errors import MemrouteError
 from memroute.journal.sqlite_setup import JournalError, open_journal_db, write_transaction
+from memroute.namespace import SEPARATOR, validate_tenant
+from memroute.types import validate_user_id
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +71,18 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created_at)
 """
+# Added later (erasure): the namespace a key's request belongs to (absent for older keys).
+USERS_TABLE = (
+    (
+        "CREATE TABLE IF NOT EXISTS idempotency_users (tenant TEXT NOT NULL, key TEXT NOT NULL, "
+        "user_id TEXT NOT NULL, PRIMARY KEY (tenant, key)) WITHOUT ROWID"
+    ),
+    "CREATE INDEX IF NOT EXISTS idempotency_users_user ON idempotency_users(user_id)",
+    (
+        "CREATE TRIGGER IF NOT EXISTS idempotency_users_gc AFTER DELETE ON idempotency BEGIN "
+        "DELETE FROM idempotency_users WHERE tenant = old.tenant AND key = old.key; END"
+    ),
+)
 
 
 class IdempotencyConflict(MemrouteError):
@@ -125,21 +151,30 @@ class IdempotencyStore:
             with self._write() as conn:
                 for stmt in filter(str.strip, TABLE.split(";")):
                     conn.execute(stmt)
+                for stmt in USERS_TABLE:
+                    conn.execute(stmt)
                 self._drop_dead_claims(conn)
         except BaseException:
             self.close()
             raise
 
     # ------------------------------------------------------------------ flow
-    def begin(self, tenant: str, key: str, body_hash: str, *, wait_s: float = 0.0) -> Outcome:
+    def begin(
+        self, tenant: str, key: str, body_hash: str, *, wait_s: float = 0.0,
+        user_id: str | None = None,
+    ) -> Outcome:
         """Claim ``(tenant, key)`` or find what it holds; waits up to ``wait_s`` while another
-        request with the same key and body is in progress (then :class:`InProgress`)."""
+        request with the same key and body is in progress (then :class:`InProgress`).
+        ``user_id``: the request's memory namespace, recorded so an erasure of that user
+        finds the row (see the module doc)."""
         check_key(key)
+        if user_id is not None:
+            validate_user_id(user_id)
         deadline = time.monotonic() + max(0.0, wait_s)
         while True:
             with self._changed:
                 generation = self._generation
-            outcome = self._try_begin(tenant, key, body_hash)
+            outcome = self._try_begin(tenant, key, body_hash, user_id)
             left = deadline - time.monotonic()
             if not isinstance(outcome, InProgress) or left <= 0:
                 return outcome
@@ -169,7 +204,7 @@ class IdempotencyStore:
             )
         self._release(claim)
 
-    def _try_begin(self, tenant: str, key: str, body_hash: str) -> Outcome:
+    def _try_begin(self, tenant: str, key: str, body_hash: str, user_id: str | None) -> Outcome:
         now = self._clock()
         with self._write() as conn:
             self._maybe_sweep(conn, now)
@@ -188,6 +223,7 @@ class IdempotencyStore:
                     "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (tenant, key, body_hash, IN_PROGRESS, claim.owner, now, now),
                 )
+                self._record_user(conn, tenant, key, user_id)
             elif row[0] != body_hash:
                 return Conflict()
             elif row[1] == COMPLETED:
@@ -199,11 +235,52 @@ class IdempotencyStore:
                     "UPDATE idempotency SET owner = ?, updated_at = ? WHERE tenant = ? AND key = ?",
                     (claim.owner, now, tenant, key),
                 )
+                self._record_user(conn, tenant, key, user_id)
             else:
                 return InProgress()
         with self._lock:
             self._claims.add((claim.tenant, claim.key, claim.owner))
         return claim
+
+    @staticmethod
+    def _record_user(conn: sqlite3.Connection, tenant: str, key: str, user_id: str | None) -> None:
+        if user_id is not None:
+            conn.execute(
+                "INSERT OR REPLACE INTO idempotency_users (tenant, key, user_id) VALUES (?, ?, ?)",
+                (tenant, key, user_id),
+            )
+
+    # --------------------------------------------------------------- erasure
+    def erase_user(self, user_id: str, *, include_unattributed: bool = True) -> int:
+        """Delete the keys of ``user_id`` (``tenant:user``) and, with ``include_unattributed``,
+        the tenant's keys that name no user (older rows); returns how many. Idempotent."""
+        uid = validate_user_id(user_id)
+        tenant, sep, _ = uid.partition(SEPARATOR)
+        sql = (
+            "DELETE FROM idempotency WHERE (tenant, key) IN "
+            "(SELECT tenant, key FROM idempotency_users WHERE user_id = ?)"
+        )
+        args = [uid]
+        if include_unattributed and sep:
+            sql += (
+                " OR (tenant = ? AND NOT EXISTS (SELECT 1 FROM idempotency_users u "
+                "WHERE u.tenant = idempotency.tenant AND u.key = idempotency.key))"
+            )
+            args.append(tenant)
+        return self._erase(sql, args)
+
+    def erase_tenant(self, tenant: str) -> int:
+        """Delete every row of ``tenant``; returns how many. Idempotent."""
+        validate_tenant(tenant)
+        return self._erase("DELETE FROM idempotency WHERE tenant = ?", [tenant])
+
+    def _erase(self, sql: str, args: list[str]) -> int:
+        with self._write() as conn:
+            deleted = conn.execute(sql, args).rowcount
+        with self._changed:  # waiting duplicates look again (and may claim the key anew)
+            self._generation += 1
+            self._changed.notify_all()
+        return int(deleted)
 
     # --------------------------------------------------------------- upkeep
     def sweep(self) -> int:

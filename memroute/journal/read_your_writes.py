@@ -6,19 +6,29 @@ wraps the store-backed retriever for the Router (same ``remember`` / ``retrieve_
 
 - ``remember`` appends to the journal (durable when it returns); the flusher does the store write.
 - ``retrieve_many`` reads the user's pending entries *first*, then the store. A pair flushed in
-  between is then seen in the store and/or the journal copy (deduplicated by id); reading the
-  store first could miss a pair that moved out of the journal in between.
+  between is then seen in the store and/or the journal copy (deduplicated by id, the journal's
+  copy wins: it is the newer); reading the store first could miss a pair that moved out of the
+  journal in between.
 
-Merge rule (:func:`merge_pending`), simple on purpose: a pending pair counts if it shares at
-least one BM25 term with the query (:func:`memroute.text.tokenize.tokenize`, unigrams and
-their variants) -- the condition under which the BM25 leg could find it once flushed. Up to
-``max_pending`` of them, most overlapping first (then newest), go *before* the store's hits,
-because a follow-up question most often asks about what was just said and nothing else can
-find it yet; the list is then cut to ``top_k``. Their ``score`` is the fraction of query terms
-matched (not comparable with fused scores; the list order is the ranking). A store hit whose id
-is pending is dropped: the journal holds the newer version. Only the newest
-``PENDING_SCAN`` pending entries of a user are considered (more exist only while the store is
-failing).
+Ranking, when the wrapped retriever is a hybrid one (it has ``encoder`` and a
+:class:`RetrievalConfig`): the pending pairs are scored like stored ones, dense cosine + BM25
+fused by ``retrieval.fusion`` together with the store's candidates
+(:mod:`memroute.journal.pending_scoring`), so an acknowledged fact is found by a paraphrase
+that shares no word with it ("I am vegetarian now" / "What are my current dietary
+restrictions?") and an unrelated pending pair ranks where it would once stored, behind the
+relevant stored hits. One more rule (:func:`~memroute.journal.pending_scoring.recency_slot`,
+``slot_floor``): if no pending pair made the top_k, the best-ranked one takes the last slot when
+its cosine clears ``slot_floor`` and the weakest stored cosine shown, since a follow-up most
+often asks about what was just said (measured: 16/20 -> 19/20 paraphrased follow-ups see their
+pending pair over 214 stored memories; unrelated pending pairs got in no more often). Each pending pair is embedded once (a bounded cache by id and text), in
+the same encoder batch as the query; the store is asked for ``candidate_k`` candidates so the
+fusion sees the same pool. A user with nothing pending gets the store's list unchanged.
+
+Otherwise (:func:`merge_pending`, e.g. a keyword-only retriever) a pending pair counts if it
+shares a stemmed BM25 term with the query; up to ``max_pending`` of them, most overlapping
+first (then newest), go before the store's hits. Only the newest ``PENDING_SCAN`` pending
+entries of a user are considered (more exist only while the store is failing), and only the
+newest ``PENDING_EMBED`` of them get a dense score (the older ones are scored by BM25).
 """
 
 from __future__ import annotations
@@ -26,12 +36,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+import numpy as np
+
+from memroute.config.schema import RetrievalConfig
+from memroute.embedding.base import Encoder
 from memroute.errors import InvalidRequest
+from memroute.journal.pending_scoring import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_SLOT_FLOOR,
+    CorpusStats,
+    VectorCache,
+    embed_batch,
+    fuse_with_pending,
+)
 from memroute.journal.sqlite_journal import Journal, JournalEntry
+from memroute.retrieval.context import focus_query
 from memroute.text.tokenize import tokenize
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 PENDING_SCAN = 256
+PENDING_EMBED = 64
 DEFAULT_MAX_PENDING = 3
 
 
@@ -54,13 +78,15 @@ def merge_pending(
     top_k: int,
     max_pending: int = DEFAULT_MAX_PENDING,
 ) -> list[RetrievalHit]:
-    """Matching pending pairs, then the store's ``hits`` minus pending ids; at most ``top_k``."""
-    query_terms = set(tokenize(query, 1))
+    """Lexical fallback: pending pairs sharing a stemmed term with ``query``, then the store's
+    ``hits`` minus pending ids; at most ``top_k``. Scores are the fraction of query terms
+    matched (not comparable with fused scores; the list order is the ranking)."""
+    query_terms = set(tokenize(query, 1, True))
     scored: list[tuple[float, int, TurnPair]] = []
     for entry in pending:
         if not query_terms:
             break
-        overlap = len(query_terms & set(tokenize(entry.pair.text(), 1))) / len(query_terms)
+        overlap = len(query_terms & set(tokenize(entry.pair.text(), 1, True))) / len(query_terms)
         if overlap > 0:
             scored.append((overlap, entry.seq, entry.pair))
     scored.sort(key=lambda t: (-t[0], -t[1]))
@@ -80,6 +106,8 @@ class JournaledRetriever:
         *,
         default_top_k: int | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        slot_floor: float | None = DEFAULT_SLOT_FLOOR,
     ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
             raise InvalidRequest("max_pending must be an integer >= 0", field="max_pending")
@@ -88,6 +116,21 @@ class JournaledRetriever:
         self.retriever = retriever
         self.journal = journal
         self.max_pending = max_pending
+        self.slot_floor = slot_floor  # None: no recency slot, the fused order only
+        encoder = getattr(retriever, "encoder", None)
+        # Scored like stored pairs when the retriever is a hybrid one; lexical fallback otherwise.
+        self.cfg: RetrievalConfig | None = (
+            cfg if isinstance(cfg, RetrievalConfig) and isinstance(encoder, Encoder) else None
+        )
+        self.encoder: Encoder | None = encoder if self.cfg is not None else None
+        self.vectors = VectorCache(cache_size)
+
+    def forget_user(self, user_id: str) -> int:
+        """Erasure: drop the user's pending-pair vectors (the journal rows go in the journal)."""
+        return self.vectors.forget(lambda u: u == user_id)
+
+    def forget_tenant(self, tenant: str) -> int:
+        return self.vectors.forget(lambda u: u.startswith(f"{tenant}:"))
 
     def remember(self, pairs: Sequence[TurnPair]) -> int:
         """Durably journal ``pairs`` (the flusher writes them to the store); returns how many."""
@@ -106,9 +149,65 @@ class JournaledRetriever:
             uid: self.journal.pending_for_user(validate_user_id(uid), PENDING_SCAN)
             for uid in dict.fromkeys(user_ids)
         }
-        all_hits = self.retriever.retrieve_many(user_ids, queries, top_k=top_k)
         k = self.default_top_k if top_k is None else top_k
-        return [
-            merge_pending(q, hits, snapshot[uid], top_k=k, max_pending=self.max_pending)
-            for uid, q, hits in zip(user_ids, queries, all_hits)
-        ]
+        if self.cfg is None or not any(snapshot.values()):
+            all_hits = self.retriever.retrieve_many(user_ids, queries, top_k=top_k)
+            return [
+                merge_pending(q, hits, snapshot[uid], top_k=k, max_pending=self.max_pending)
+                for uid, q, hits in zip(user_ids, queries, all_hits)
+            ]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidRequest(f"top_k must be a positive integer, got {k!r}", field="top_k")
+        # The fusion pool: the store's candidates, not only its top_k.
+        all_hits = self.retriever.retrieve_many(
+            user_ids, queries, top_k=max(k, self.cfg.candidate_k)
+        )
+        return self._rank(list(user_ids), list(queries), all_hits, snapshot, k)
+
+    def _rank(
+        self,
+        user_ids: list[str],
+        queries: list[str],
+        all_hits: list[list[RetrievalHit]],
+        snapshot: Mapping[str, list[JournalEntry]],
+        k: int,
+    ) -> list[list[RetrievalHit]]:
+        cfg, encoder = self.cfg, self.encoder
+        assert cfg is not None and encoder is not None
+        pending = {uid: [pending_memory(e.pair) for e in es] for uid, es in snapshot.items()}
+        rows = [i for i, uid in enumerate(user_ids) if pending[uid]]
+        stats = {uid: self._stats(uid) for uid in {user_ids[i] for i in rows}}
+        qvecs: dict[int, np.ndarray] = {}
+        if cfg.strategy != "bm25":
+            to_embed = [m for uid in stats for m in pending[uid][-PENDING_EMBED:]]
+            dense_queries = [self._dense_query(user_ids[i], queries[i], stats[user_ids[i]]) for i in rows]
+            vectors = embed_batch(encoder, self.vectors, dense_queries, to_embed)
+            qvecs = dict(zip(rows, vectors))
+        out = []
+        for i, (uid, q, hits) in enumerate(zip(user_ids, queries, all_hits)):
+            if not pending[uid]:
+                out.append(list(hits[:k]))
+                continue
+            out.append(fuse_with_pending(
+                q, qvecs.get(i), hits, pending[uid], self.vectors.get(pending[uid]),
+                stats[uid], cfg, top_k=k, slot_floor=self.slot_floor,
+            ))
+        return out
+
+    def _stats(self, user_id: str) -> CorpusStats:
+        """Document frequencies of the user's stored memories (in-process BM25 index only)."""
+        assert self.cfg is not None
+        bm25 = getattr(self.retriever, "bm25", None)
+        if self.cfg.bm25_backend != "inprocess" or bm25 is None:
+            return CorpusStats.empty()
+        index = bm25.get(user_id).index
+        n = len(index)
+        return CorpusStats(n, lambda term: index.df_ratio(term) * n)
+
+    def _dense_query(self, user_id: str, query: str, stats: CorpusStats) -> str:
+        """The focused query the retriever's dense leg embeds (``retrieval.query_focus``)."""
+        assert self.cfg is not None
+        if self.cfg.query_focus >= 1.0 or stats.num_docs == 0:
+            return query
+        n = stats.num_docs
+        return focus_query(query, lambda w: stats.df(w) / n, self.cfg.query_focus, n)

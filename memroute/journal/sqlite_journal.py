@@ -16,6 +16,27 @@ becomes a second memory:
 ``seq`` is AUTOINCREMENT so a seq is never reused: the flusher marks *the version it wrote*
 flushed, and a replaced entry (new seq) stays pending even if the old seq is marked later.
 
+Erasure (GDPR Art. 17 / CCPA; :meth:`Journal.erase_user`, :meth:`Journal.erase_tenant`). The
+rule that keeps erased data from coming back: **an erasure has a boundary seq B, the highest seq
+ever allocated when it commits; an entry of the erased user (or of any user of the erased
+tenant) with seq <= B is erased data, an entry with seq > B is new data.** One fsync'd
+transaction writes the tombstone ``erasures(scope, target, seq=B)``, deletes every entry of the
+target (pending, flushed or parked) and inserts the ``erasure_audit`` row. Appends are
+serialized with it by SQLite's write lock, so each pair is either deleted by it (seq <= B) or
+appended after it (seq > B, kept: a request that was in flight during the erasure and answered
+afterwards is new data, as is a client re-sending an erased pair). Reads of pending entries
+(:meth:`pending`, :meth:`pending_for_user`) never return an entry at or below its user's or its
+tenant's tombstone, so neither the flusher nor read-your-writes can hand one out.
+
+What the journal cannot see is a batch the flusher has already read and is writing to the store.
+:meth:`store_gate` closes that gap: the flusher holds it from reading a batch to marking it
+flushed, and an erasure holds it from the tombstone through the store delete
+(:func:`memroute.serving.erasure.erase_user`). So every batch either reached the store before
+the tombstone (the store delete that follows removes it) or is read after it (it cannot contain
+erased entries), and new data (seq > B) reaches the store only after the store delete, so the
+erasure never deletes it. The gate is per process; a flusher in another process on the same file
+re-checks with :meth:`erased_among` after writing (see :mod:`memroute.journal.flusher`).
+
 Thread safety: one connection guarded by a lock. SQLite serializes writers anyway; a single
 connection avoids ``SQLITE_BUSY`` between threads and leaves no per-thread connections behind.
 Several processes may open the same file (WAL + busy timeout); their flushers would write the
@@ -35,18 +56,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memroute.errors import InvalidRequest
 from memroute.journal.codec import check_pair, decode_pair, encode_pair, same_content
 from memroute.journal.sqlite_setup import (
+    NOT_ERASED,
     PENDING,
     JournalError,
     open_journal_db,
     write_transaction,
 )
+from memroute.namespace import SEPARATOR, validate_tenant
 from memroute.types import TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
 
 SEQ_CHUNK = 500  # seqs per UPDATE (SQLite's bound-parameter limit is 32766 since 3.32)
+MAX_ACTOR_CHARS = 256
+GATE_TIMEOUT_S = 120.0  # an erasure waits this long at most for the flusher's batch in flight
 
 
 @dataclass(frozen=True)
@@ -55,6 +81,36 @@ class JournalEntry:
     pair: TurnPair
     appended_at: float
     error: str | None = None  # set on entries parked as failed
+
+
+@dataclass(frozen=True)
+class JournalErasure:
+    """What :meth:`Journal.erase_user` / :meth:`Journal.erase_tenant` did."""
+
+    audit_id: int
+    scope: str
+    target: str
+    boundary_seq: int  # entries of the target with seq <= this are erased data
+    journal_rows: int
+    at: float
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One ``erasure_audit`` row: who erased what, when, and how many rows (no content).
+    ``store_rows`` / ``idempotency_rows`` / ``completed_at`` are None while (or if) the erasure
+    did not finish; re-running it completes the job."""
+
+    id: int
+    at: float
+    actor: str
+    scope: str
+    target: str
+    boundary_seq: int
+    store_rows: int | None
+    journal_rows: int
+    idempotency_rows: int | None
+    completed_at: float | None
 
 
 @dataclass(frozen=True)
@@ -74,6 +130,7 @@ class Journal:
         self._clock = clock
         self._lock = threading.RLock()
         self._listeners: list[Callable[[int], None]] = []
+        self._store_gate = threading.RLock()  # see store_gate()
         self._conn: sqlite3.Connection | None = open_journal_db(self.path)
 
     # ----------------------------------------------------------------- writes
@@ -157,12 +214,126 @@ class Journal:
             )
             return cur.rowcount
 
+    # ---------------------------------------------------------------- erasure
+    @contextlib.contextmanager
+    def store_gate(self, timeout_s: float | None = None) -> Iterator[None]:
+        """Held by the flusher while it writes a batch (read -> store write -> mark) and by an
+        erasure from its tombstone through the store delete; reentrant. JournalError when not
+        acquired within ``timeout_s`` (a store write hanging on a store that is down)."""
+        if not self._store_gate.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            raise JournalError(
+                f"journal {self.path}: a store write did not finish within {timeout_s} s; "
+                "the erasure did not start (retry it)"
+            )
+        try:
+            yield
+        finally:
+            self._store_gate.release()
+
+    def erase_user(self, user_id: str, *, actor: str) -> JournalErasure:
+        """Tombstone ``user_id`` and delete all its entries, with an audit row, in one fsync'd
+        transaction (see the module doc for the rule). Idempotent: again, it deletes 0 rows."""
+        uid = validate_user_id(user_id)
+        return self._erase("user", uid, "user_id = ?", (uid,), actor)
+
+    def erase_tenant(self, tenant: str, *, actor: str) -> JournalErasure:
+        """:meth:`erase_user` for every user of ``tenant`` (ids ``tenant:...``) at once."""
+        validate_tenant(tenant)
+        prefix = f"{tenant}{SEPARATOR}"
+        return self._erase(
+            "tenant", tenant, "substr(user_id, 1, ?) = ?", (len(prefix), prefix), actor
+        )
+
+    def _erase(
+        self, scope: str, target: str, where: str, args: tuple[Any, ...], actor: str
+    ) -> JournalErasure:
+        actor = _check_actor(actor)
+        now = self._clock()
+        with self.store_gate(GATE_TIMEOUT_S), self._write() as conn:
+            row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'entries'").fetchone()
+            boundary = int(row[0]) if row else 0  # AUTOINCREMENT: covers deleted seqs too
+            conn.execute(
+                "INSERT INTO erasures (scope, target, seq, at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (scope, target) DO UPDATE SET seq = max(seq, excluded.seq), "
+                "at = excluded.at",
+                (scope, target, boundary, now),
+            )
+            deleted = conn.execute(f"DELETE FROM entries WHERE {where}", args).rowcount
+            cur = conn.execute(
+                "INSERT INTO erasure_audit (at, actor, scope, target, boundary_seq, journal_rows) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (now, actor, scope, target, boundary, deleted),
+            )
+            audit_id = int(cur.lastrowid)
+        return JournalErasure(audit_id, scope, target, boundary, int(deleted), now)
+
+    def finish_erasure(self, audit_id: int, *, store_rows: int, idempotency_rows: int) -> None:
+        """Complete an audit row once the other stores are erased too."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE erasure_audit SET store_rows = ?, idempotency_rows = ?, completed_at = ? "
+                "WHERE id = ?",
+                (int(store_rows), int(idempotency_rows), self._clock(), int(audit_id)),
+            )
+
+    def erasure_seq(self, user_id: str) -> int | None:
+        """The boundary seq that applies to ``user_id`` (its own or its tenant's tombstone,
+        the higher one); None if it was never erased."""
+        uid = validate_user_id(user_id)
+        tenant = uid.partition(SEPARATOR)[0] if SEPARATOR in uid else None
+        rows = self._read(
+            "SELECT max(seq) FROM erasures WHERE (scope = 'user' AND target = ?) "
+            "OR (scope = 'tenant' AND target = ?)",
+            [uid, tenant],
+        )
+        return None if rows[0][0] is None else int(rows[0][0])
+
+    def erased_among(self, entries: Sequence[JournalEntry]) -> list[JournalEntry]:
+        """The entries (as read earlier) that an erasure since then covers: seq <= a tombstone
+        of their user or tenant (the flusher's check after a store write). One query when none
+        is gone; entries gone for another reason (replaced by a newer version) do not count."""
+        seqs = [e.seq for e in entries]
+        alive: set[int] = set()
+        for start in range(0, len(seqs), SEQ_CHUNK):
+            chunk = seqs[start : start + SEQ_CHUNK]
+            rows = self._read(
+                f"SELECT seq FROM entries WHERE seq IN ({','.join('?' * len(chunk))}) "
+                f"AND {NOT_ERASED}",
+                chunk,
+            )
+            alive.update(int(r[0]) for r in rows)
+        bounds: dict[str, int | None] = {}
+        out = []
+        for e in entries:
+            if e.seq in alive:
+                continue
+            uid = e.pair.user_id
+            if uid not in bounds:
+                bounds[uid] = self.erasure_seq(uid)
+            if (b := bounds[uid]) is not None and e.seq <= b:
+                out.append(e)
+        return out
+
+    def erasure_audit(self, limit: int = 100, *, target: str | None = None) -> list[AuditEntry]:
+        """The newest ``limit`` audit rows (of one ``target``: a user id or a tenant), newest first."""
+        sql = (
+            "SELECT id, at, actor, scope, target, boundary_seq, store_rows, journal_rows, "
+            "idempotency_rows, completed_at FROM erasure_audit"
+        )
+        args: list[Any] = []
+        if target is not None:
+            sql += " WHERE target = ?"
+            args.append(target)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(_check_limit(limit))
+        return [AuditEntry(*row) for row in self._read(sql, args)]
+
     # ------------------------------------------------------------------ reads
     def pending(
         self, limit: int | None = None, *, max_seq: int | None = None
     ) -> list[JournalEntry]:
         """Unflushed entries, oldest first (at most ``limit``; only seq <= ``max_seq``)."""
-        sql = f"SELECT seq, payload, appended_at FROM entries WHERE {PENDING}"
+        sql = f"SELECT seq, payload, appended_at FROM entries WHERE {PENDING} AND {NOT_ERASED}"
         args: list[Any] = []
         if max_seq is not None:
             sql += " AND seq <= ?"
@@ -176,7 +347,10 @@ class Journal:
     def pending_for_user(self, user_id: str, limit: int | None = None) -> list[JournalEntry]:
         """A user's unflushed entries, oldest first; with ``limit`` only the newest ``limit``."""
         validate_user_id(user_id)
-        sql = f"SELECT seq, payload, appended_at FROM entries WHERE {PENDING} AND user_id = ?"
+        sql = (
+            "SELECT seq, payload, appended_at FROM entries "
+            f"WHERE {PENDING} AND user_id = ? AND {NOT_ERASED}"
+        )
         args: list[Any] = [user_id]
         sql += " ORDER BY seq DESC"
         if limit is not None:
@@ -279,6 +453,17 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_actor(actor: object) -> str:
+    if (
+        not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_ACTOR_CHARS
+        or not actor.isprintable()
+    ):
+        raise InvalidRequest(
+            f"actor must be printable text of 1-{MAX_ACTOR_CHARS} characters", field="actor"
+        )
+    return actor
 
 
 def _check_limit(limit: object) -> int:

@@ -38,6 +38,41 @@ CREATE INDEX entries_pending ON entries(seq) WHERE {PENDING};
 CREATE INDEX entries_pending_user ON entries(user_id, seq) WHERE {PENDING};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+# Erasure (added without a version bump, like the idempotency table: ``IF NOT EXISTS`` on every
+# open, and older code that ignores them still reads the file). ``erasures`` holds one tombstone
+# per erased user or tenant: entries of that target with ``seq <= erasures.seq`` are erased data
+# (see memroute.journal.sqlite_journal). ``erasure_audit`` records who erased what, when and how
+# many rows, never any content; ``completed_at`` stays NULL until every store was erased.
+ERASURE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS erasures (
+    scope TEXT NOT NULL CHECK (scope IN ('user', 'tenant')),
+    target TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (scope, target)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS erasure_audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    scope TEXT NOT NULL CHECK (scope IN ('user', 'tenant')),
+    target TEXT NOT NULL,
+    boundary_seq INTEGER NOT NULL,
+    store_rows INTEGER,
+    journal_rows INTEGER NOT NULL,
+    idempotency_rows INTEGER,
+    completed_at REAL
+);
+CREATE INDEX IF NOT EXISTS erasure_audit_target ON erasure_audit(target, id)
+"""
+# An entry the journal never hands out again: at or below its user's or its tenant's tombstone
+# (the tenant of ``tenant:user`` is the text before the first ':').
+NOT_ERASED = (
+    "NOT EXISTS (SELECT 1 FROM erasures e WHERE e.scope = 'user' AND e.target = entries.user_id "
+    "AND entries.seq <= e.seq) AND NOT EXISTS (SELECT 1 FROM erasures e WHERE e.scope = 'tenant' "
+    "AND e.target = substr(entries.user_id, 1, instr(entries.user_id, ':') - 1) "
+    "AND entries.seq <= e.seq)"
+)
 
 
 class JournalError(MemrouteError):
@@ -102,6 +137,8 @@ def _create_or_check_schema(
             f"it is a SQLite file but not a memroute journal (user_version={version}, "
             f"tables={sorted(tables)})"
         )
+    for stmt in filter(str.strip, ERASURE_SCHEMA.split(";")):
+        conn.execute(stmt)
 
 
 @contextlib.contextmanager

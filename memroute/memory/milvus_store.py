@@ -7,7 +7,6 @@ checked literal), so a request can only ever see its own user's rows.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -19,6 +18,11 @@ import numpy as np
 from memroute.config.schema import MemoryConfig, is_server_uri
 from memroute.errors import BackendError, ConfigError, InvalidRequest
 from memroute.memory import filters, milvus_fulltext
+from memroute.memory.milvus_rows import check_varchar as _check_varchar
+from memroute.memory.milvus_rows import delete_count, tenant_scan_filter
+from memroute.memory.milvus_rows import is_int as _is_int
+from memroute.memory.milvus_rows import memory_from_row as _memory
+from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
 from memroute.types import Memory, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -407,6 +411,46 @@ class MilvusMemoryStore:
             found.update(int(r["id"]) for r in res)
         return found
 
+    # ---------------------------------------------------------------- erasure
+    def delete_user(self, user_id: str) -> int:
+        """Delete every row of ``user_id`` (exact ``user_id ==`` filter); returns rows deleted,
+        0 when there were none (so a second call is a no-op). Call :meth:`flush` after."""
+        self._check_open()
+        flt = filters.user_filter(user_id)
+        return delete_count(self._client.delete(self.collection, **self._filter_kwargs(flt)))
+
+    def delete_ids(self, user_id: str, ids: Sequence[int]) -> int:
+        """Delete the given primary keys among ``user_id``'s rows; returns rows deleted."""
+        self._check_open()
+        validate_user_id(user_id)
+        wanted, deleted = list(dict.fromkeys(ids)), 0
+        for start in range(0, len(wanted), READ_BATCH):
+            flt = filters.ids_filter(user_id, wanted[start : start + READ_BATCH])
+            deleted += delete_count(self._client.delete(self.collection, **self._filter_kwargs(flt)))
+        return deleted
+
+    def tenant_users(self, tenant: str) -> set[str]:
+        """The user ids with rows in the store that belong to ``tenant`` (``tenant:...``)."""
+        self._check_open()
+        expr, prefix = tenant_scan_filter(tenant)
+        with _quiet_pymilvus(logging.ERROR):
+            it = self._client.query_iterator(
+                self.collection, batch_size=READ_BATCH, output_fields=["user_id"], filter=expr
+            )
+        users: set[str] = set()
+        try:
+            while page := it.next():
+                users.update(u for r in page if (u := r["user_id"]).startswith(prefix))
+        finally:
+            it.close()
+        return users
+
+    def delete_tenant(self, tenant: str) -> int:
+        """Delete every row of every user of ``tenant``; returns rows deleted. The users are
+        found by a ``like "tenant:%"`` scan checked by exact prefix, then deleted one by one
+        with the exact user filter, so no other tenant's row can match."""
+        return sum(self.delete_user(uid) for uid in sorted(self.tenant_users(tenant)))
+
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:
         if getattr(self, "_closed", True):
@@ -423,45 +467,3 @@ class MilvusMemoryStore:
     def _check_open(self) -> None:
         if self._closed:
             raise BackendError("the memory store is closed")
-
-
-def _memory(row: dict[str, Any], pk: Any) -> Memory:
-    return Memory(
-        id=int(pk),
-        user_id=row["user_id"],
-        text=row["text"],
-        session_time=int(row["session_time"]),
-        source_model=row.get("source_model", ""),
-        created_at=float(row.get("created_at", 0.0)),
-        session_id=row.get("session_id", ""),
-        turn_index=int(row.get("turn_index", 0)),
-    )
-
-
-def _check_varchar(value: object, max_bytes: int, field: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidRequest(f"{field} must be a string", field=field)
-    size = len(value.encode("utf-8"))
-    if size > max_bytes:
-        raise InvalidRequest(
-            f"{field} is {size} bytes (UTF-8), the memory store holds at most {max_bytes}",
-            field=field,
-        )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-@contextlib.contextmanager
-def _quiet_pymilvus(level: int = logging.CRITICAL) -> Iterator[None]:
-    """pymilvus logs expected failures (the template probe) as errors with tracebacks."""
-    loggers = [logging.getLogger(name) for name in ("pymilvus", "milvus_lite")]
-    old = [lg.level for lg in loggers]
-    for lg, lvl in zip(loggers, old):
-        lg.setLevel(max(level, lvl))
-    try:
-        yield
-    finally:
-        for lg, lvl in zip(loggers, old):
-            lg.setLevel(lvl)

@@ -11,7 +11,6 @@ new users would be lost; see bench/bench_bm25.py for speed and ranking agreement
 from __future__ import annotations
 
 import logging
-
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +20,7 @@ import numpy as np
 
 from memroute.config.schema import RetrievalConfig
 from memroute.errors import ConfigError
+from memroute.namespace import SEPARATOR as TENANT_SEPARATOR
 from memroute.text.tokenize import tokenize, unigrams
 from memroute.types import Memory, validate_user_id
 
@@ -164,6 +164,7 @@ class BM25Cache:
         self.max_users = max_users
         self._entries: OrderedDict[str, MemoryIndex] = OrderedDict()
         self._generation: dict[str, int] = {}  # bumped by invalidate(uid)
+        self._tenant_generation: dict[str, int] = {}  # bumped by forget_tenant(tenant)
         self._epoch = 0  # bumped by clear()
         self._lock = threading.Lock()
         self.builds = 0  # indexes built so far (observability, tests)
@@ -185,13 +186,13 @@ class BM25Cache:
             if entry is not None:
                 self._entries.move_to_end(uid)
                 return entry
-            stamp = (self._epoch, self._generation.get(uid, 0))
+            stamp = self._stamp(uid)
         memories = list(self._loader(uid))  # outside the lock: a store round trip
         entry = self._build(memories)
         with self._lock:
             self.builds += 1
             # Cache it only if no invalidation happened while it was being built.
-            if (self._epoch, self._generation.get(uid, 0)) == stamp:
+            if self._stamp(uid) == stamp:
                 self._entries[uid] = entry
                 self._entries.move_to_end(uid)
                 while len(self._entries) > self.max_users:
@@ -216,14 +217,14 @@ class BM25Cache:
             with self._lock:
                 # Bumped first: a build from the store that started before this write is stale.
                 self._generation[uid] = self._generation.get(uid, 0) + 1
-                stamp = (self._epoch, self._generation[uid])
+                stamp = self._stamp(uid)
                 entry = self._entries.pop(uid, None)
             if entry is None:
                 continue
             merged = {**entry.memories, **{m.id: m for m in new}}
             rebuilt = self._build(list(merged.values()))
             with self._lock:
-                if (self._epoch, self._generation.get(uid, 0)) == stamp:
+                if self._stamp(uid) == stamp:
                     self._entries[uid] = rebuilt
                     self._entries.move_to_end(uid)
                     while len(self._entries) > self.max_users:
@@ -233,6 +234,30 @@ class BM25Cache:
         with self._lock:
             self._entries.pop(user_id, None)
             self._generation[user_id] = self._generation.get(user_id, 0) + 1
+
+    def _stamp(self, uid: str) -> tuple[int, int, int]:
+        """What must not change while an index of ``uid`` is built (caller holds the lock)."""
+        tenant = uid.partition(TENANT_SEPARATOR)[0]
+        return self._epoch, self._generation.get(uid, 0), self._tenant_generation.get(tenant, 0)
+
+    def forget_user(self, user_id: str) -> bool:
+        """Erasure: drop ``user_id``'s index (and the memories it holds); an index being built
+        from the store meanwhile is not cached. True if one was cached."""
+        uid = validate_user_id(user_id)
+        with self._lock:
+            found = self._entries.pop(uid, None) is not None
+            self._generation[uid] = self._generation.get(uid, 0) + 1
+        return found
+
+    def forget_tenant(self, tenant: str) -> int:
+        """Erasure: drop the index of every user ``tenant:...``; returns how many were cached."""
+        prefix = f"{tenant}{TENANT_SEPARATOR}"
+        with self._lock:
+            self._tenant_generation[tenant] = self._tenant_generation.get(tenant, 0) + 1
+            gone = [uid for uid in self._entries if uid.startswith(prefix)]
+            for uid in gone:
+                del self._entries[uid]
+        return len(gone)
 
     def invalidate_many(self, user_ids: Iterable[str]) -> None:
         for uid in set(user_ids):

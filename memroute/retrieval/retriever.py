@@ -19,6 +19,7 @@ from memroute.config.schema import RetrievalConfig
 from memroute.embedding.base import Encoder
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
+from memroute.namespace import validate_tenant
 from memroute.retrieval.bm25 import BM25Cache
 from memroute.retrieval.context import add_session_context, focus_query
 from memroute.retrieval.fusion import FusedHit, get_fusion, get_score_norm
@@ -103,6 +104,16 @@ class HybridRetriever:
     def invalidate(self, user_id: str) -> None:
         """Forget the cached BM25 index of a user whose memories changed elsewhere."""
         self.bm25.invalidate(user_id)
+
+    def forget_user(self, user_id: str) -> None:
+        """Erasure: drop every per-user cache of ``user_id`` (the in-process BM25 index and the
+        memories it holds; the Milvus BM25 leg keeps nothing here). Call after the store delete."""
+        self.bm25.forget_user(user_id)
+
+    def forget_tenant(self, tenant: str) -> None:
+        """Erasure: :meth:`forget_user` for every user of ``tenant``."""
+        validate_tenant(tenant)
+        self.bm25.forget_tenant(tenant)
 
     # ------------------------------------------------------------------ reads
     def retrieve(

@@ -43,6 +43,7 @@ from memroute.journal.idempotency import (
 )
 from memroute.llm.base import Backend
 from memroute.routing.router import RouteRequest
+from memroute.serving.erasure import ErasureReport, erase_tenant, erase_user, erasure_audit, store_remover
 from memroute.serving.shadow import ShadowJudge
 from memroute.types import RouteResult, TurnPair, stable_id
 
@@ -82,7 +83,9 @@ class ServingCore:
         self._claims_lock = threading.Lock()
         self._last_store_flush = 0.0
         self._flush_lock = threading.Lock()
-        self.flusher = Flusher.from_config(self.journal, self._write_to_store, cfg.journal)
+        # on_erased: a batch written while another process erased its user is deleted again
+        self.flusher = Flusher.from_config(self.journal, self._write_to_store, cfg.journal,
+                                           on_erased=store_remover(self.store, self.retriever))
         self.router = build.router(
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
             JournaledRetriever(self.retriever, self.journal),
@@ -132,7 +135,7 @@ class ServingCore:
             return None
         outcome = self.idempotency.begin(
             prepared.tenant, key, prepared.body_hash or "",
-            wait_s=self.cfg.journal.idempotency_wait_s,
+            wait_s=self.cfg.journal.idempotency_wait_s, user_id=prepared.user_id,
         )
         if isinstance(outcome, Existing):
             return self.api.replay(outcome.response, prepared.tenant)
@@ -233,6 +236,27 @@ class ServingCore:
             ],
             "pending": len(self.journal.pending_for_user(user_id)),
         }
+
+    # -- erasure (GDPR Art. 17): memroute/serving/erasure.py --------------------------------
+
+    def erase_user(self, user_id: str, *, actor: str) -> ErasureReport:
+        """Every copy of one namespace's turn-pairs: journal, stored answers, Milvus, caches."""
+        # Not under _flush_lock: the flusher takes it inside the journal's store gate, which
+        # the erasure holds; the other order here would deadlock.
+        return erase_user(self.store, self.journal, self.idempotency, self.retriever, user_id,
+                          actor=actor, caches=self._erasable_caches())
+
+    def erase_tenant(self, tenant: str, *, actor: str) -> ErasureReport:
+        return erase_tenant(self.store, self.journal, self.idempotency, self.retriever, tenant,
+                            actor=actor, caches=self._erasable_caches())
+
+    def erasure_audit(self, limit: int = 100) -> list[dict[str, Any]]:
+        return erasure_audit(self.journal, limit=limit)
+
+    def _erasable_caches(self) -> list[Any]:
+        """Per-user caches beside the retriever's BM25 (the read-your-writes vectors)."""
+        rywr = self.router.retriever
+        return [rywr] if hasattr(rywr, "forget_user") and rywr is not self.retriever else []
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Block until every journaled pair is in Milvus (and flushed); tests and shutdown."""

@@ -147,7 +147,7 @@ def test_a_pending_pair_is_retrievable_before_it_reaches_milvus(tmp_path, memory
     assert store.existing_ids(uid, [fact.id]) == set()
 
     hits = served.retrieve(uid, "What is my locker code?")
-    assert hits[0].memory.id == fact.id and hits[0].dense_score is None  # from the journal
+    assert hits[0].memory.id == fact.id  # from the journal: not in Milvus yet (checked above)
     assert fact.id not in {h.memory.id for h in served.retrieve(other, "What is my locker code?")}
 
     Flusher(journal, retriever.remember).flush_now()
@@ -156,3 +156,31 @@ def test_a_pending_pair_is_retrievable_before_it_reaches_milvus(tmp_path, memory
     assert ids.count(fact.id) == 1
     assert next(h for h in hits if h.memory.id == fact.id).dense_score is not None  # from Milvus
     assert store.existing_ids(uid, [fact.id]) == {fact.id}
+
+
+PARAPHRASES = [  # (statement, follow-up): no word in common, stemmed or not
+    ("I am vegetarian now.", "What are my current dietary restrictions?"),
+    ("My sister Ana moved to Lisbon.", "Where does my sibling live?"),
+    ("I started a new job at a bakery last week.", "Where am I employed these days?"),
+    ("My flight to Tokyo leaves on March 3rd.", "When is my trip to Japan?"),
+    ("I broke my left wrist skiing.", "What injury am I recovering from?"),
+    ("My son was accepted to MIT.", "Which university will my boy attend?"),
+]
+
+
+def test_a_paraphrased_follow_up_sees_the_pending_pair(tmp_path, memory):
+    store, retriever = memory
+    uid = namespaced_user_id("acme", "carol")
+    retriever.remember([turn(uid, i) for i in range(30)])
+    store.flush()
+    journal = Journal(tmp_path / "journal.sqlite3")
+    served = JournaledRetriever(retriever, journal)
+    flush = Flusher(journal, retriever.remember).flush_now
+    for n, (statement, follow_up) in enumerate(PARAPHRASES):
+        fact = turn(uid, 100 + n, statement, "Noted, thanks for telling me.")
+        served.remember([fact])
+        assert store.existing_ids(uid, [fact.id]) == set()  # only in the journal
+        hits = served.retrieve(uid, follow_up)
+        assert fact.id in [h.memory.id for h in hits], (statement, follow_up)
+        flush()  # earlier statements are stored distractors for the next ones
+    assert store.count(uid) == 30 + len(PARAPHRASES)

@@ -8,6 +8,7 @@ per check; the time after Ray is up is measured and bounded.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -271,3 +272,33 @@ def test_a_tenant_over_its_rate_limit_gets_429_before_its_body_is_read(app):
             model="memroute", messages=[{"role": "user", "content": "again"}])
     # another tenant is not limited by it
     assert httpx.post(chat, headers=auth("sk-mock-b"), json=body, timeout=TIMEOUT).status_code == 200
+
+
+def test_a_user_is_forgotten_everywhere_and_only_that_user(app):
+    url = app["url"]
+    _, said = ask(url, "forget-me", "My locker code is QX-9911.")
+    assert "QX-9911" in said.choices[0].message.content
+    # the same user name in another tenant, and another user of the same tenant, stay
+    openai.OpenAI(base_url=f"{url}/v1", api_key="sk-mock-b", max_retries=0).chat.completions.create(
+        model="memroute", user="forget-me", messages=[{"role": "user", "content": "My locker code is QX-1."}])
+    ask(url, "keep-me", "My locker code is QX-2222.")
+    r = httpx.delete(f"{url}/v1/memory/users/forget-me", headers=auth(), timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    erased = r.json()
+    assert erased["scope"] == "user" and erased["journal_rows"] + erased["store_rows"] >= 1
+    again = httpx.delete(f"{url}/v1/memory/users/forget-me", headers=auth(), timeout=TIMEOUT).json()
+    assert (again["journal_rows"], again["store_rows"]) == (0, 0)  # idempotent
+    assert httpx.post(f"{url}/admin/drain", headers=auth(ADMIN), timeout=TIMEOUT).json() == {"drained": True}
+
+    def count(tenant, user):
+        body = httpx.get(f"{url}/admin/memories", params={"tenant": tenant, "user": user},
+                         headers=auth(ADMIN), timeout=TIMEOUT).json()
+        return body["count"] + body["pending"]
+
+    assert count("acme", "forget-me") == 0
+    assert count("globex", "forget-me") == 1 and count("acme", "keep-me") == 1
+    _, r = ask(url, "forget-me", "What is my locker code?")
+    assert "QX-9911" not in r.choices[0].message.content and report(r)["memories_used"]["count"] == 0
+    audit = httpx.get(f"{url}/admin/erasures", headers=auth(ADMIN), timeout=TIMEOUT).json()["data"]
+    assert audit[0]["actor"] == "tenant:acme" and "QX-9911" not in json.dumps(audit)
+    assert httpx.get(f"{url}/admin/erasures", headers=auth(), timeout=TIMEOUT).status_code == 403
