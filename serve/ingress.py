@@ -169,7 +169,15 @@ class RouterIngress:
 
     @app.get("/healthz")
     async def healthz(self) -> Response:
+        """Liveness: 200 while this replica runs; the body says what is degraded."""
         return JSONResponse(await asyncio.to_thread(self.core.health))
+
+    @app.get("/readyz")
+    async def readyz(self) -> Response:
+        """Readiness: 503 while the store does not answer, writes fail, the flusher is down or
+        the journal backlog is over its bound; ``problems`` says which, with the real error."""
+        health = await asyncio.to_thread(self.core.health, probe_store=True)
+        return JSONResponse(health, status_code=503 if health["problems"] else 200)
 
     # -- operator endpoints: the admin key (api.admin_keys), never a tenant's ----------------
 

@@ -12,10 +12,14 @@ class JournalConfig:
     path: str = ".memroute/journal.sqlite3"  # SQLite file (WAL); one per serving process
     batch_size: int = 64  # turn-pairs per store write
     interval_s: float = 0.5  # after a wake-up, wait up to this long for a fuller batch
-    max_backoff_s: float = 30.0  # longest wait between retries while the store fails
+    # Longest wait between retries while the store fails; the serving app also probes the store
+    # every second meanwhile and retries as soon as it answers.
+    max_backoff_s: float = 5.0
     # Idempotency-Key answers (same SQLite file): kept this long, counted from the first request
     idempotency_ttl_s: float = 86400.0
     idempotency_wait_s: float = 30.0  # a duplicate waits this long for the first request's answer
+    # /readyz reports not ready above this many acknowledged pairs waiting for the store
+    ready_max_pending: int = 10_000
     idempotency_lease_s: float = 600.0  # an unfinished claim older than this is taken over
 
 
@@ -23,12 +27,11 @@ def check_journal_config(cfg: JournalConfig) -> JournalConfig:
     """Raise :class:`ConfigError` naming the bad ``journal.*`` field."""
     if not isinstance(cfg.path, str) or not cfg.path.strip():
         raise ConfigError("path must be a non-empty string", field="journal.path")
-    size = cfg.batch_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ConfigError(
-            f"batch_size must be a positive integer, got {cfg.batch_size!r}",
-            field="journal.batch_size",
-        )
+    for name in ("batch_size", "ready_max_pending"):
+        size = getattr(cfg, name)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {size!r}",
+                              field=f"journal.{name}")
     for name in ("interval_s", "max_backoff_s"):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 3600:

@@ -12,7 +12,9 @@ up in the store exactly once.
   ``interval_s`` for a fuller batch (or until ``batch_size`` entries are new) and drains.
   Idle, it sleeps on a condition variable: no polling.
 - Errors: a failed write leaves the entries pending and is retried with exponential backoff
-  (``backoff_s`` doubling up to ``max_backoff_s``). A pair the store refuses for good
+  (``backoff_s`` doubling up to ``max_backoff_s``, 5 s by default). While it waits, ``probe_fn``
+  (when given: a cheap store call) is tried every ``probe_interval_s``; once the store answers
+  again the write is retried at once, not at the end of the backoff. A pair the store refuses for good
   (:class:`InvalidRequest`, e.g. a text over its size limit) is found by writing the batch one
   pair at a time and is parked with :meth:`Journal.mark_failed` instead of blocking the queue.
 - One flusher per journal per process: drains are serialized by a lock, so
@@ -52,7 +54,16 @@ class FlusherStats:
     batches: int = 0  # successful write_fn calls
     write_errors: int = 0  # failed write_fn calls (retried)
     parked: int = 0  # entries the store refused for good (Journal.failed())
-    last_error: str | None = None
+    last_error: str | None = None  # "Type: message" of the last failure
+    failing: int = 0  # failed writes in a row now (0: the last write went through)
+    last_error_at: float | None = None  # epoch seconds
+    last_success_at: float | None = None
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message``; some drivers' exceptions (pymilvus) print nothing by themselves."""
+    message = str(exc) or str(getattr(exc, "message", "") or "") or "(no message)"
+    return f"{type(exc).__name__}: {message}"
 
 
 class Flusher:
@@ -66,6 +77,8 @@ class Flusher:
         backoff_s: float = 0.2,
         max_backoff_s: float = 30.0,
         on_erased: ErasedFn | None = None,
+        probe_fn: Callable[[], object] | None = None,
+        probe_interval_s: float = 1.0,
     ) -> None:
         check_journal_config(
             JournalConfig(
@@ -84,6 +97,7 @@ class Flusher:
         self.journal = journal
         self.write_fn = write_fn
         self.on_erased = on_erased
+        self.probe_fn, self.probe_interval_s = probe_fn, probe_interval_s
         self.batch_size = batch_size
         self.interval_s = float(interval_s)
         self.backoff_s = float(backoff_s)
@@ -98,7 +112,7 @@ class Flusher:
     @classmethod
     def from_config(
         cls, journal: Journal, write_fn: WriteFn, cfg: JournalConfig, *,
-        on_erased: ErasedFn | None = None,
+        on_erased: ErasedFn | None = None, probe_fn: Callable[[], object] | None = None,
     ) -> Flusher:
         return cls(
             journal,
@@ -107,6 +121,7 @@ class Flusher:
             interval_s=cfg.interval_s,
             max_backoff_s=cfg.max_backoff_s,
             on_erased=on_erased,
+            probe_fn=probe_fn,
         )
 
     # -------------------------------------------------------------- lifecycle
@@ -202,15 +217,17 @@ class Flusher:
             if len(entries) > 1:  # find the refused pair(s): the others must still go through
                 return sum(self._write([e]) for e in entries)
             self.journal.mark_failed([entries[0].seq], f"{type(exc).__name__}: {exc}")
-            self._update(parked=1, last_error=repr(exc))
+            self._update(parked=1, last_error=error_text(exc))
             log.error("journal entry seq=%d refused by the store, parked: %s", entries[0].seq, exc)
             return 0
         except Exception as exc:
-            self._update(write_errors=1, last_error=repr(exc))
+            self._update(write_errors=1, last_error=error_text(exc), failing=1)
+            self._stats = replace(self._stats, last_error_at=time.time())
             raise
         self._undo_erased(entries)
         marked = self.journal.mark_flushed([e.seq for e in entries])
         self._update(flushed=marked, batches=1)
+        self._stats = replace(self._stats, failing=0, last_success_at=time.time())
         return marked
 
     def _undo_erased(self, entries: Sequence[JournalEntry]) -> None:
@@ -292,10 +309,24 @@ class Flusher:
             self._cond.wait(remaining)
 
     def _sleep(self, seconds: float) -> None:
-        """Backoff that a stop interrupts but appends do not (caller holds the condition)."""
+        """Backoff that a stop interrupts but appends do not (caller holds the condition); with
+        a ``probe_fn``, cut short as soon as the store answers it."""
         deadline = time.monotonic() + seconds
         while not self._stopping:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            self._cond.wait(remaining)
+            if self.probe_fn is None:
+                self._cond.wait(remaining)
+                continue
+            self._cond.wait(min(remaining, self.probe_interval_s))
+            if self._store_answers():
+                log.info("the store answers again: retrying the journal flush now")
+                return
+
+    def _store_answers(self) -> bool:
+        try:
+            self.probe_fn()  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - still down: keep waiting
+            return False
+        return True

@@ -278,6 +278,12 @@ class MilvusMemoryStore:
             raise InvalidRequest(f"{field} contains NaN or infinite values", field=field)
         return arr
 
+    def ping(self) -> None:
+        """Raise unless the store answers (a cheap call: health checks, the flusher's probe)."""
+        self._check_open()
+        if not self._client.has_collection(self.collection):
+            raise RuntimeError(f"the collection {self.collection!r} is gone")
+
     def flush(self) -> None:
         self._check_open()
         self._client.flush(self.collection)

@@ -43,6 +43,7 @@ from memroute.journal.idempotency import (
 )
 from memroute.llm.base import Backend
 from memroute.routing.router import RouteRequest
+from memroute.journal.flusher import error_text
 from memroute.serving.erasure import ErasureReport, erase_tenant, erase_user, erasure_audit, store_remover
 from memroute.serving.shadow import ShadowJudge
 from memroute.types import RouteResult, TurnPair, stable_id
@@ -85,7 +86,8 @@ class ServingCore:
         self._flush_lock = threading.Lock()
         # on_erased: a batch written while another process erased its user is deleted again
         self.flusher = Flusher.from_config(self.journal, self._write_to_store, cfg.journal,
-                                           on_erased=store_remover(self.store, self.retriever))
+                                           on_erased=store_remover(self.store, self.retriever),
+                                           probe_fn=getattr(self.store, "ping", None))
         self.router = build.router(
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
             JournaledRetriever(self.retriever, self.journal),
@@ -208,15 +210,32 @@ class ServingCore:
 
     # -- operations ----------------------------------------------------------------------------
 
-    def health(self) -> dict[str, Any]:
+    def health(self, *, probe_store: bool = False) -> dict[str, Any]:
+        """What an operator needs to know, and ``problems``: why it is not ready (empty when it
+        is). ``probe_store``: also call the store now (readiness; liveness does not)."""
         j = self.journal.stats()
         f = self.flusher.stats()
+        problems = []
+        if not self.flusher.running:
+            problems.append("the journal flusher is not running: acknowledged pairs are not stored")
+        if f.failing:
+            problems.append(f"store writes failing ({f.failing} in a row): {f.last_error}")
+        if j.pending > self.cfg.journal.ready_max_pending:
+            problems.append(f"journal backlog {j.pending} > journal.ready_max_pending "
+                            f"{self.cfg.journal.ready_max_pending}")
+        if probe_store and hasattr(self.store, "ping"):
+            try:
+                self.store.ping()
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                problems.append(f"the store does not answer: {error_text(exc)}")
         return {
-            "status": "ok" if self.flusher.running else "degraded",
+            "status": "degraded" if problems else "ok",
+            "problems": problems,
             "tiers": [t.name for t in self.router.tiers],
             "journal": {"pending": j.pending, "flushed": j.flushed, "failed": j.failed},
             "flusher": {"running": self.flusher.running, "write_errors": f.write_errors,
-                        "last_error": f.last_error},
+                        "failing": f.failing, "last_error": f.last_error,
+                        "last_error_at": f.last_error_at, "last_success_at": f.last_success_at},
             "uptime_s": round(time.time() - self.started_at, 1),
             **({"shadow": self.shadow.stats()} if self.shadow is not None else {}),
         }

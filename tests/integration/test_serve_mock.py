@@ -219,6 +219,8 @@ def test_operator_endpoints_need_the_admin_key(app):
         assert r.status_code == 403 and error_of(r)["code"] == "permission_denied", path
     r = httpx.get(f"{url}/metrics", headers=auth(ADMIN), timeout=TIMEOUT)
     assert r.status_code == 200 and "memroute_requests_total" in r.text
+    r = httpx.get(f"{url}/readyz", timeout=TIMEOUT)  # probes the store; open, as liveness is
+    assert r.status_code == 200 and r.json()["problems"] == [] and r.json()["flusher"]["failing"] == 0
     r = httpx.get(f"{url}/openapi.json", headers=auth(ADMIN), timeout=TIMEOUT)
     assert r.status_code == 200 and "/v1/chat/completions" in r.json()["paths"]
     # admin reads accept no user id that chat refuses (10,000 characters: chat's limit is 256)
