@@ -130,3 +130,24 @@ def serving_core(tmp_path, monkeypatch, *models, api_keys, journal=None, **overr
     core = ServingCore(cfg, backends)
     core.test_backends, core.test_retriever = backends, retriever
     return core
+
+
+def call_like_ingress(core, payload, key=None, api_key="sk-a"):
+    """What the Serve ingress does with one request, in-process: prepare, the idempotency
+    lookup, the batch of one, the response or the error response."""
+    prepared = None
+    try:
+        prepared = core.prepare(payload, f"Bearer {api_key}", key)
+        replay = core.begin(prepared)
+        if replay is not None:
+            return replay
+        result = core.route_batch([prepared])[0]
+        if isinstance(result, BaseException):  # this member failed alone
+            raise result
+        return core.respond(prepared, result, latency_s=0.01)
+    except Exception as exc:  # noqa: BLE001
+        return core.error(exc, tenant=getattr(prepared, "tenant", None), prepared=prepared)
+
+
+def model_calls(core) -> int:
+    return sum(b.prompts for b in core.test_backends)

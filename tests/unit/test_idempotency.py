@@ -19,6 +19,9 @@ from memroute.journal.idempotency import (
 )
 from memroute.journal.sqlite_journal import Journal
 
+from .fakes import call_like_ingress as call
+from .fakes import model_calls
+
 
 class Clock:
     def __init__(self, t: float = 1_000_000.0) -> None:
@@ -179,26 +182,6 @@ def core(tmp_path, monkeypatch):
 
 def body(text: str, user: str = "alice", **kw) -> dict:
     return {"model": "memroute", "user": user, "messages": [{"role": "user", "content": text}], **kw}
-
-
-def call(core, payload, key=None, api_key="sk-a"):
-    """What the ingress does, in-process."""
-    prepared = None
-    try:
-        prepared = core.prepare(payload, f"Bearer {api_key}", key)
-        replay = core.begin(prepared)
-        if replay is not None:
-            return replay
-        result = core.route_batch([prepared])[0]
-        if isinstance(result, BaseException):  # as the ingress does
-            raise result
-        return core.respond(prepared, result, latency_s=0.01)
-    except Exception as exc:  # noqa: BLE001
-        return core.error(exc, tenant=getattr(prepared, "tenant", None), prepared=prepared)
-
-
-def model_calls(core) -> int:
-    return sum(b.prompts for b in core.test_backends)
 
 
 def stored(core, user="alice", tenant="acme") -> list:

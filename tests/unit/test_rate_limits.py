@@ -15,6 +15,9 @@ from memroute.config import to_object
 from memroute.config.api import ApiConfig, RateLimitConfig, check_api_config
 from memroute.errors import ConfigError, RateLimited
 
+from .fakes import call_like_ingress as call
+from .fakes import model_calls
+
 
 class Clock:
     def __init__(self, t: float = 1000.0) -> None:
@@ -335,23 +338,6 @@ def core(tmp_path, monkeypatch):
 
 def _limit(core, **limits):
     core.api.limiter = TenantLimiter(RateLimitConfig(**limits), clock=core.test_clock)
-
-
-def call(core, payload, api_key="sk-a"):
-    """What the ingress does, in-process."""
-    prepared = None
-    try:
-        prepared = core.prepare(payload, f"Bearer {api_key}")
-        result = core.route_batch([prepared])[0]
-        if isinstance(result, BaseException):
-            raise result
-        return core.respond(prepared, result, latency_s=0.01)
-    except Exception as exc:  # noqa: BLE001
-        return core.error(exc, tenant=getattr(prepared, "tenant", None), prepared=prepared)
-
-
-def model_calls(core) -> int:
-    return sum(b.prompts for b in core.test_backends)
 
 
 def test_a_refused_request_does_no_model_work_and_stores_nothing(core):
