@@ -77,6 +77,27 @@ class BackendError(MemrouteError):
     code = "backend_error"
 
 
+class BackendUnavailable(BackendError):
+    """A model tier cannot be reached (engine down, replica gone, call timed out): not the
+    request's fault, so the Router skips the tier instead of bisecting the batch to find a culprit."""
+
+    status = 503
+    code = "backend_unavailable"
+
+
+class NoTierAnswered(MemrouteError):
+    """Every tier of the cascade failed for a request: 503. ``message`` holds each tier's error
+    (for logs); ``public_message`` names the tiers and whether each was down or failed, without
+    the engines' own text (a 5xx body never carries it)."""
+
+    status = 503
+    code = "tiers_unavailable"
+
+    def __init__(self, message: str, *, public_message: str, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.public_message = public_message
+
+
 class RateLimited(MemrouteError):
     """A tenant is over its request or token rate (``api.rate_limits``): 429.
 

@@ -152,6 +152,7 @@ class RouteDecision:
     escalated: bool
     memories: list[RetrievalHit] = field(default_factory=list)
     memory_degraded: bool = False  # the memory could not be read: answered without it
+    tiers_skipped: list[int] = field(default_factory=list)  # tiers that failed (down, timed out)
 
 
 @dataclass

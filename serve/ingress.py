@@ -73,7 +73,8 @@ class RouterIngress:
 
         quiet_third_party_logs()
         backends = [
-            HandleBackend(h, m.name, local_tokenizer(m, cfg.assets))
+            HandleBackend(h, m.name, local_tokenizer(m, cfg.assets),
+                          timeout_s=cfg.ingress.tier_timeout_s)
             for h, m in zip(tier_handles, ordered_cascade(cfg.cascade))
         ]
         self.cfg = cfg

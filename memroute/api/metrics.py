@@ -81,6 +81,10 @@ class ApiMetrics:
             f"{p}_memory_degraded", "Requests answered without memory because it could not be "
             "read (store or embedder failing)", registry=registry,
         )
+        self.tier_skipped = Counter(
+            f"{p}_tier_skipped", "Requests that skipped a tier because it failed (down, timed "
+            "out), by tier", ["tier"], registry=registry,
+        )
         self.replays = Counter(
             f"{p}_idempotent_replays", "Requests answered from the Idempotency-Key table "
             "(no model work)", ["tenant"], registry=registry,
@@ -103,6 +107,8 @@ class ApiMetrics:
             self.escalations.labels(tenant=tenant).inc()
         if d.memory_degraded:
             self.memory_degraded.inc()
+        for t in d.tiers_skipped:
+            self.tier_skipped.labels(tier=str(t)).inc()
         for c in result.calls:
             tier = str(c.tier)
             self.confidence.labels(tier=tier).observe(c.confidence)

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from memroute.api.schema import ChatRequest
-from memroute.errors import ConfigError, MemrouteError, NotFound, RateLimited
+from memroute.errors import ConfigError, MemrouteError, NoTierAnswered, NotFound, RateLimited
 from memroute.types import RouteResult
 
 HEADER_PREFIX = "x-memroute-"
@@ -34,6 +34,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
         "model": d.answered_model,
         "escalated": d.escalated,
         "memory_degraded": d.memory_degraded,
+        "tiers_skipped": list(d.tiers_skipped),
         "confidences": [round(c, 6) for c in d.confidences],
         "memories_used": {
             "count": len(d.memories),
@@ -110,6 +111,7 @@ def memroute_headers(result: RouteResult) -> dict[str, str]:
         "model": r["model"],
         "escalated": "true" if r["escalated"] else "false",
         "memory-degraded": "true" if r["memory_degraded"] else "false",
+        "tiers-skipped": ",".join(str(t) for t in r["tiers_skipped"]),
         "confidence": ",".join(f"{c:.4f}" for c in r["confidences"]),
         "eff-cost": f"{r['eff_cost']:.6g}",
         "tokens-base": str(r["tokens"]["base"]),
@@ -212,7 +214,9 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
             kind = exc.limit_type
     else:
         status, message, param, code = 500, "", None, "internal_error"
-    if status >= 500:
+    if isinstance(exc, NoTierAnswered):
+        message, param = exc.public_message, None  # which tiers, not what they said
+    elif status >= 500:
         message, code = _SERVER_MESSAGES.get(status, ("internal server error", code))
         param = None
     return status, error_object(status, message, param=param, code=code, kind=kind)

@@ -77,6 +77,9 @@ class IngressConfig:
     # be >= max_batch_size * max_concurrent_batches).
     max_concurrent_batches: int = 1
     store_flush_interval_s: float = 1.0  # Milvus flush after journal writes (searches stay fast)
+    # A tier call (one engine batch) that takes longer counts as the tier being down for it:
+    # the request escalates past it. Generous: a CPU engine's batch of long answers is slow.
+    tier_timeout_s: float = 300.0
 
 
 @dataclass
@@ -196,6 +199,9 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
         raise ConfigError("max_batch_size must be >= 1", field="ingress.max_batch_size")
     if ing.max_concurrent_batches < 1:
         raise ConfigError("max_concurrent_batches must be >= 1", field="ingress.max_concurrent_batches")
+    if not ing.tier_timeout_s > 0:
+        raise ConfigError(f"ingress.tier_timeout_s must be > 0, got {ing.tier_timeout_s}",
+                          field="ingress.tier_timeout_s")
     if ing.max_ongoing_requests < ing.max_batch_size * ing.max_concurrent_batches:
         raise ConfigError(
             f"ingress.max_ongoing_requests ({ing.max_ongoing_requests}) must be >= max_batch_size x "

@@ -110,7 +110,7 @@ def _build_openai_http(cfg: ModelConfig, assets: AssetStore | None) -> Backend:
     )
 
 
-MOCK_OPTIONS = ("answer", "memory_answer", "logprob", "margin", "rules", "latency_s")
+MOCK_OPTIONS = ("answer", "memory_answer", "logprob", "margin", "rules", "latency_s", "down_when_exists")
 
 
 @ENGINES.register("mock")

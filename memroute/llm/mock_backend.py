@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from memroute.errors import ConfigError, InvalidRequest
+from memroute.errors import BackendUnavailable, ConfigError, InvalidRequest
 from memroute.llm.chat import chat_prompt_ids, cut_at_stop, text_token_count, to_chat_dicts
 from memroute.types import Message, ModelReply
 
@@ -191,6 +191,7 @@ class MockBackend:
         margin: float = 2.0,
         rules: Sequence[Mapping[str, Any]] = (),
         latency_s: float = 0.0,
+        down_when_exists: str | Path | None = None,
     ) -> None:
         if isinstance(rules, (str, Mapping)) or not isinstance(rules, Sequence):
             raise ConfigError(
@@ -200,6 +201,8 @@ class MockBackend:
         self.default = Rule(None, None, lp, _non_negative(margin, "model.engine_args.margin"), None)
         self.rules = [parse_rule(r, f"model.engine_args.rules[{i}]") for i, r in enumerate(rules)]
         self.latency_s = _non_negative(latency_s, "model.engine_args.latency_s")
+        # Fault injection for tests: while this file exists, every call fails as a down engine.
+        self.down_when_exists = Path(down_when_exists) if down_when_exists else None
         self.model_id = model_id
         self.answer = _template(answer, "model.engine_args.answer")
         self.memory_answer = _template(memory_answer, "model.engine_args.memory_answer")
@@ -238,6 +241,10 @@ class MockBackend:
         if temperature < 0:
             raise InvalidRequest(
                 f"temperature must be >= 0, got {temperature!r}", field="temperature"
+            )
+        if self.down_when_exists is not None and self.down_when_exists.exists():
+            raise BackendUnavailable(
+                f"{self.model_id} is down ({self.down_when_exists} exists)", field="model"
             )
         t0 = time.perf_counter()
         replies = [self._reply(m, max_tokens, stop) for m in batch]

@@ -14,6 +14,9 @@ every member fails (an engine that is down) it makes ``2n - 1`` calls. Retried s
 to repeat: retrieval and generation have no side effects, and the memory write upserts by turn-pair
 id (the journal skips a pair id it already holds with the same content), so a member written by a
 failed batch call is not stored twice.
+
+A :class:`~memroute.errors.BackendUnavailable` (an engine that is down or timed out) is nobody's
+input: every member gets it at once, without the bisection's ``2n - 1`` calls to a dead tier.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from typing import TypeVar
+
+from memroute.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +51,8 @@ class Steps:
         try:
             return _aligned(step(members), members)
         except Exception as exc:  # noqa: BLE001 - whose fault it is, the bisection finds out
-            if len(members) == 1:
-                return [exc]
+            if len(members) == 1 or isinstance(exc, BackendUnavailable):
+                return [exc] * len(members)
             log.warning("a batched step of %d members failed (%s: %s); isolating the failing "
                         "member(s)", len(members), type(exc).__name__, exc)
             return self._bisect(step, members)

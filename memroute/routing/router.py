@@ -6,6 +6,11 @@ measured is what is served. Requests are processed tier by tier in batches
 is the same flow with fault isolation (:mod:`memroute.routing.isolation`): a member whose
 validation, retrieval, tier call or memory write fails gets its own exception, the others their
 answers (what the server needs: concurrent requests of different tenants share a batch).
+
+A tier that fails there (down, timed out, crashing; not the request's own 4xx) is skipped: the
+member escalates to the next tier, and ``RouteDecision.tiers_skipped`` says so. When the last tier
+fails, a lower tier's rejected answer is returned rather than nothing (flagged the same way); with
+no answer from any tier the member gets :class:`~memroute.errors.NoTierAnswered` (503).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Protocol, Sequence
 
 from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
-from memroute.errors import InvalidRequest, MemrouteError
+from memroute.errors import BackendUnavailable, InvalidRequest, MemrouteError, NoTierAnswered
 from memroute.llm.base import Backend
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.prompt import build_messages, select_within_budget
@@ -71,6 +76,10 @@ class _Pending:
     confidences: list[float] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
     memory_degraded: bool = False
+    skipped: list[int] = field(default_factory=list)  # tiers that failed for this member
+    tier_errors: list[str] = field(default_factory=list)  # each failed tier's error, for logs
+    tier_reasons: list[str] = field(default_factory=list)  # "tier 1 (model) down", for clients
+    rejected: tuple[int, str, _Prompt, ModelReply] | None = None  # latest below-tau answer
 
 
 @dataclass
@@ -92,13 +101,22 @@ def _member_index(member: tuple[_Pending, _Prompt]) -> int:
     return member[0].index
 
 
+def _own_fault(exc: Exception) -> bool:
+    """A request's own bad input (a 4xx), as opposed to a tier or store that failed under it."""
+    return isinstance(exc, MemrouteError) and exc.status < 500
+
+
+def _describe(exc: Exception) -> str:
+    return exc.message if isinstance(exc, MemrouteError) else f"{type(exc).__name__}: {exc}"
+
+
 def _degrade_unreadable_memory(members: Sequence[int], hits: list) -> set[int]:
     """A member whose memory could not be read (the store or the embedder failing: not its own
     bad input, a 4xx) is answered without memories and flagged, rather than failed: the models
     can still answer, and its new turn-pair still goes to the journal."""
     degraded = set()
     for k, (i, h) in enumerate(zip(members, hits)):
-        if isinstance(h, Exception) and not (isinstance(h, MemrouteError) and h.status < 500):
+        if isinstance(h, Exception) and not _own_fault(h):
             log.warning("memory unreadable for a request (%s: %s); answering without it",
                         type(h).__name__, h)
             hits[k] = []
@@ -223,18 +241,82 @@ class Router:
             ),
             members,
         )
+        still: list[_Pending] = []
+        if steps.isolate:
+            members, replies = self._skip_failed_tier(t, tier, last, members, replies, out, still)
         members, replies = keep(members, replies, out, _member_index)
         judged = steps.each(
             lambda mr: self._judge(t, tier, last, *mr[0], mr[1]), list(zip(members, replies))
         )
         members, results = keep(members, judged, out, _member_index)
-        still: list[_Pending] = []
         for (p, _), result in zip(members, results):
             if result is None:
                 still.append(p)
             else:
                 out[p.index] = result
         return still
+
+    def _skip_failed_tier(
+        self,
+        t: int,
+        tier: Tier,
+        last: bool,
+        members: list[tuple[_Pending, _Prompt]],
+        replies: list[ModelReply | Exception],
+        out: list[RouteResult | Exception | None],
+        still: list[_Pending],
+    ) -> tuple[list[tuple[_Pending, _Prompt]], list[ModelReply | Exception]]:
+        """Members whose call to tier ``t`` failed through no fault of their own go on to the next
+        tier (or, at the last, get a fallback answer or NoTierAnswered); the rest are returned."""
+        kept: list[tuple[_Pending, _Prompt]] = []
+        kept_replies: list[ModelReply | Exception] = []
+        failed: list[Exception] = []
+        for member, reply in zip(members, replies, strict=True):
+            if not isinstance(reply, Exception) or _own_fault(reply):
+                kept.append(member)
+                kept_replies.append(reply)
+                continue
+            failed.append(reply)
+            p = member[0]
+            p.skipped.append(t)
+            p.tier_errors.append(f"tier {t} ({tier.backend.model_id}): {_describe(reply)}")
+            down = "down" if isinstance(reply, BackendUnavailable) else "failed"
+            p.tier_reasons.append(f"tier {t} ({tier.backend.model_id}) {down}")
+            if not last:
+                still.append(p)
+            elif p.rejected is not None:
+                out[p.index] = self._fallback(p)
+            else:
+                out[p.index] = NoTierAnswered(
+                    "no model tier answered: " + "; ".join(p.tier_errors),
+                    public_message="no model tier answered (" + ", ".join(p.tier_reasons)
+                    + "); the request may be retried",
+                    field="model",
+                )
+        if failed:
+            log.warning("tier %d (%s) failed for %d request(s); %s: %s", t, tier.name, len(failed),
+                        "answering with a lower tier's answer" if last else "escalating past it",
+                        _describe(failed[0]))
+        return kept, kept_replies
+
+    def _fallback(self, p: _Pending) -> RouteResult:
+        """The best answer there is when the tiers above failed: the latest rejected one."""
+        assert p.rejected is not None
+        t, model_id, prompt, reply = p.rejected
+        for call in p.calls:
+            call.accepted = call.tier == t
+        return RouteResult(reply.text.strip(), self._decision(t, model_id, p, prompt), p.calls)
+
+    def _decision(self, t: int, model_id: str, p: _Pending, prompt: _Prompt) -> RouteDecision:
+        return RouteDecision(
+            answered_tier=t,
+            answered_model=model_id,
+            confidences=list(p.confidences),
+            escalated=t > 0,
+            memories=prompt.memories,
+            memory_degraded=p.memory_degraded,
+            tiers_skipped=list(p.skipped),
+        )
 
     def _judge(
         self, t: int, tier: Tier, last: bool, p: _Pending, prompt: _Prompt, reply: ModelReply
@@ -259,16 +341,9 @@ class Router:
             )
         )
         if not accepted:
+            p.rejected = (t, backend.model_id, prompt, reply)
             return None
-        decision = RouteDecision(
-            answered_tier=t,
-            answered_model=backend.model_id,
-            confidences=list(p.confidences),
-            escalated=t > 0,
-            memories=prompt.memories,
-            memory_degraded=p.memory_degraded,
-        )
-        return RouteResult(reply.text.strip(), decision, p.calls)
+        return RouteResult(reply.text.strip(), self._decision(t, backend.model_id, p, prompt), p.calls)
 
     def _turn_pair(self, req: RouteRequest, res: RouteResult) -> TurnPair:
         now = time.time()

@@ -46,6 +46,7 @@ from memroute.routing.router import RouteRequest
 from memroute.journal.flusher import error_text
 from memroute.serving.erasure import ErasureReport, erase_tenant, erase_user, erasure_audit, store_remover
 from memroute.serving.shadow import ShadowJudge
+from memroute.serving.tier_health import TierHealth
 from memroute.types import RouteResult, TurnPair, stable_id
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class ServingCore:
             JournaledRetriever(self.retriever, self.journal),
         )
         self.shadow = self._shadow_judge(cfg)
+        self.tier_health = TierHealth([t.name for t in self.router.tiers])
         self.flusher.start()  # replays whatever a previous process acknowledged but did not flush
         self.started_at = time.time()
 
@@ -161,6 +163,7 @@ class ServingCore:
         another tenant's bad request in the same batch never fails this one)."""
         requests = [route_request(p) for p in prepared]
         results = self.router.route_each(requests)
+        self.tier_health.observe(results)
         if self.shadow is not None:  # judged in a background thread: the answers do not wait
             ok = [(q, r) for q, r in zip(requests, results) if isinstance(r, RouteResult)]
             if ok:
@@ -223,6 +226,8 @@ class ServingCore:
         if j.pending > self.cfg.journal.ready_max_pending:
             problems.append(f"journal backlog {j.pending} > journal.ready_max_pending "
                             f"{self.cfg.journal.ready_max_pending}")
+        tier_status, tier_problems = self.tier_health.report()
+        problems.extend(tier_problems)
         if probe_store and hasattr(self.store, "ping"):
             try:
                 self.store.ping()
@@ -232,6 +237,7 @@ class ServingCore:
             "status": "degraded" if problems else "ok",
             "problems": problems,
             "tiers": [t.name for t in self.router.tiers],
+            "tier_status": tier_status,
             "journal": {"pending": j.pending, "flushed": j.flushed, "failed": j.failed},
             "flusher": {"running": self.flusher.running, "write_errors": f.write_errors,
                         "failing": f.failing, "last_error": f.last_error,

@@ -114,6 +114,7 @@ def test_headers_carry_the_report():
         "x-memroute-model": "large",
         "x-memroute-escalated": "true",
         "x-memroute-memory-degraded": "false",
+        "x-memroute-tiers-skipped": "",
         "x-memroute-confidence": "0.3100,0.8200",
         "x-memroute-eff-cost": "111.562",
         "x-memroute-tokens-base": "82",

@@ -21,7 +21,7 @@ from memroute.config import RetrievalConfig, RouterConfig
 from memroute.config.api import ApiLimits
 from memroute.config.schema import ModelConfig
 from memroute.config.serve import ShadowConfig
-from memroute.errors import BackendError, InvalidRequest
+from memroute.errors import BackendError, BackendUnavailable, InvalidRequest, NoTierAnswered
 from memroute.namespace import namespace
 from memroute.routing.isolation import Steps
 from memroute.routing.router import Router, RouteRequest, Tier
@@ -220,7 +220,9 @@ def test_a_member_whose_memory_cannot_be_read_is_answered_without_it_and_flagged
 
 
 @pytest.mark.parametrize("tier", [0, 1])
-def test_a_member_whose_tier_call_raises_fails_alone(tmp_path, monkeypatch, tier):
+def test_a_member_whose_tier_call_raises_is_answered_by_the_other_tier_alone(
+    tmp_path, monkeypatch, tier
+):
     core = make_core(tmp_path, monkeypatch)
     try:
         backend = core.test_backends[tier]
@@ -229,10 +231,76 @@ def test_a_member_whose_tier_call_raises_fails_alone(tmp_path, monkeypatch, tier
         # "Why ..." escalates: the bad member then fails in the tier-1 batch of the escalations
         prepared = mixed_batch(core, "Why is this POISON here?" if tier else "POISON?")
         results = core.route_batch(prepared)
-        assert_only_bad_failed(core, prepared, results, BackendError, 502)
+        bad = results[BAD_AT]
+        # tier 0 failing: tier 1 answers; tier 1 failing: tier 0's rejected answer is the fallback
+        assert isinstance(bad, RouteResult) and bad.decision.tiers_skipped == [tier]
+        assert bad.decision.answered_tier == 1 - tier
+        assert [c.accepted for c in bad.calls] == [True]
+        assert all(isinstance(r, RouteResult) and r.decision.tiers_skipped == []
+                   for i, r in enumerate(results) if i != BAD_AT)
+        resp = core.respond(prepared[BAD_AT], bad, latency_s=0.01)
+        assert resp.body["memroute"]["tiers_skipped"] == [tier]
+        assert resp.headers["x-memroute-tiers-skipped"] == str(tier)
+        assert f'memroute_tier_skipped_total{{tier="{tier}"}} 1.0'.encode() in core.metrics()
         batch = N_GOOD // 4 + 1 if tier else N_GOOD + 1
         assert calls.sizes[0] == batch  # the batched call was tried first
         assert len(calls.sizes) <= bisection_bound(batch)  # not one call per member
+    finally:
+        core.close()
+
+
+def test_a_member_that_every_tier_fails_gets_503_alone(tmp_path, monkeypatch):
+    core = make_core(tmp_path, monkeypatch)
+    try:
+        for backend in core.test_backends:
+            monkeypatch.setattr(backend, "generate_many",
+                                Calls(backend.generate_many, fail_if=has_poison))
+        prepared = mixed_batch(core, "POISON?")
+        results = core.route_batch(prepared)
+        assert_only_bad_failed(core, prepared, results, NoTierAnswered, 503)
+        error = core.error(results[BAD_AT], tenant="acme").body["error"]
+        assert error["code"] == "tiers_unavailable" and error["message"] == (
+            "no model tier answered (tier 0 (mock-small) failed, tier 1 (mock-large) failed); "
+            "the request may be retried")
+        assert "engine failed" in str(results[BAD_AT])  # the engines' text: in logs, not bodies
+    finally:
+        core.close()
+
+
+def test_a_tier_that_is_down_is_skipped_by_the_whole_batch_without_bisection(tmp_path, monkeypatch):
+    core = make_core(tmp_path, monkeypatch)
+    try:
+        small, large = core.test_backends
+        down = lambda: BackendUnavailable("mock-small is down")  # noqa: E731
+        calls0 = Calls(small.generate_many, fail_if=lambda _: True, exc=down)
+        monkeypatch.setattr(small, "generate_many", calls0)
+        prepared = [core.prepare(body(q, user=f"b{k % 8}"), "Bearer sk-b")
+                    for k, q in enumerate(good_queries())]
+        results = core.route_batch(prepared)
+        assert calls0.sizes == [N_GOOD]  # one call to the dead tier, not 2n - 1
+        assert {(r.answer, r.decision.answered_tier, tuple(r.decision.tiers_skipped))
+                for r in results} == {("Large answer.", 1, (0,))}
+        for p, r in zip(prepared, results):
+            assert core.respond(p, r, latency_s=0.01).headers["x-memroute-tiers-skipped"] == "0"
+        assert f'memroute_tier_skipped_total{{tier="0"}} {float(N_GOOD)}'.encode() in core.metrics()
+
+        # the last tier down too: 503 for everyone, naming both tiers, one call each
+        calls1 = Calls(large.generate_many, fail_if=lambda _: True,
+                       exc=lambda: BackendUnavailable("mock-large is down"))
+        monkeypatch.setattr(large, "generate_many", calls1)
+        results = core.route_batch(prepared[:4])
+        assert all(isinstance(r, NoTierAnswered) for r in results) and calls1.sizes == [4]
+        err = core.error(results[0], tenant="globex")
+        assert err.status == 503 and err.body["error"]["code"] == "tiers_unavailable"
+        assert "tier 0 (mock-small) down, tier 1 (mock-large) down" in err.body["error"]["message"]
+
+        # only the last tier down: confident answers are unaffected, the escalations fall back
+        monkeypatch.setattr(small, "generate_many", calls0.fn)
+        fresh = [core.prepare(body(q, user=f"c{k}"), "Bearer sk-b")  # no memories to echo
+                 for k, q in enumerate(good_queries()[:4])]
+        results = core.route_batch(fresh)  # the first is a "Why" question
+        assert [r.decision.tiers_skipped for r in results] == [[1], [], [], []]
+        assert {r.answer for r in results} == {"Small answer."}
     finally:
         core.close()
 
@@ -262,10 +330,9 @@ def test_the_shadow_judge_is_offered_only_the_answered_members(tmp_path, monkeyp
                             Calls(core.test_backends[0].generate_many, fail_if=has_poison))
         prepared = mixed_batch(core, "POISON?")
         results = core.route_batch(prepared)
-        assert isinstance(results[BAD_AT], BackendError)
+        assert isinstance(results[BAD_AT], RouteResult) and results[BAD_AT].decision.tiers_skipped
         [(queries, res)] = offered
-        assert queries == good_queries()
-        assert res == [r for i, r in enumerate(results) if i != BAD_AT]
+        assert len(queries) == len(results) and res == results
     finally:
         core.close()
 
@@ -330,7 +397,7 @@ def test_route_many_raises_a_tier_failure_and_remembers_nothing():
         r.route_many([RouteRequest("alice", "dog?"), RouteRequest("bob", "POISON?")])
     assert calls.sizes == [2] and retriever.pairs == []
     out = r.route_each([RouteRequest("alice", "dog?"), RouteRequest("bob", "POISON?")])
-    assert isinstance(out[0], RouteResult) and isinstance(out[1], BackendError)
+    assert isinstance(out[0], RouteResult) and isinstance(out[1], NoTierAnswered)
     assert [p.user_id for p in retriever.pairs] == ["alice"]
 
 

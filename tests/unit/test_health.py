@@ -88,3 +88,36 @@ def test_readiness_names_the_problem_and_clears_when_it_is_gone(tmp_path, monkey
         assert any("flusher is not running" in p for p in problems)
     finally:
         core.close()
+
+
+def test_a_failing_tier_shows_in_readiness_and_all_failing_makes_it_unready(tmp_path, monkeypatch):
+    from memroute.config.schema import ModelConfig
+    from memroute.errors import BackendUnavailable
+
+    from .fakes import serving_core
+
+    small = ModelConfig(name="mock-small", engine="mock", params_b=0.5)
+    large = ModelConfig(name="mock-large", engine="mock", params_b=8.0)
+    core = serving_core(tmp_path, monkeypatch, small, large, api_keys={"sk": "acme"})
+    try:
+        def down(*a, **kw):
+            raise BackendUnavailable("down")
+
+        ask = lambda text: core.route_batch([core.prepare(  # noqa: E731
+            {"model": "memroute", "user": "u", "messages": [{"role": "user", "content": text}]},
+            "Bearer sk")])[0]
+        monkeypatch.setattr(core.test_backends[0], "generate_many", down)
+        assert ask("Hello?").decision.tiers_skipped == [0]
+        h = core.health()
+        assert [t["state"] for t in h["tier_status"]] == ["failing", "ok"] and h["problems"] == []
+        monkeypatch.setattr(core.test_backends[1], "generate_many", down)
+        assert ask("Hello again?").status == 503
+        h = core.health()
+        assert [t["failures"] for t in h["tier_status"]] == [2, 1]
+        assert h["problems"] == ["every model tier is failing: requests get 503"]
+        monkeypatch.undo()
+        assert ask("And now?").decision.tiers_skipped == []  # back: a success clears "failing"
+        h = core.health()  # tier 1 was not called since: it is failing as far as anyone knows
+        assert [t["state"] for t in h["tier_status"]] == ["ok", "failing"] and h["problems"] == []
+    finally:
+        core.close()

@@ -112,6 +112,7 @@ def test_empty_or_mis_keyed_cascade_fails_naming_cascade():
         ("deploy.0.max_batch_size=0", "deploy.0.max_batch_size"),
         ("deploy.1.autoscaling.max_replicas=0", "deploy.1.autoscaling.max_replicas"),
         ("ingress.max_batch_size=0", "ingress.max_batch_size"),
+        ("ingress.tier_timeout_s=0", "ingress.tier_timeout_s"),
         ("api.limits.max_input_chars=0", "api.limits.max_input_chars"),
         ("journal.batch_size=0", "journal.batch_size"),
     ],
