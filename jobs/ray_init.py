@@ -27,7 +27,10 @@ def init_ray(cfg: RayConfig) -> bool:
             "listen on the external interface; set it in the environment",
             field="ray",
         )
+    from serve.loopback import runtime_env
+
     ray.init(
+        runtime_env=runtime_env(),  # the replicas' gRPC servers on loopback too
         num_cpus=cfg.num_cpus,
         num_gpus=cfg.num_gpus,
         object_store_memory=cfg.object_store_memory,

@@ -47,7 +47,10 @@ def deployed(cfg: Any, port: int) -> Iterator[dict[str, Any]]:
     ray_was_up = ray.is_initialized()
     if not ray_was_up:
         # "local": a node of its own, never another session's cluster found on this machine
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        from serve.loopback import runtime_env
+
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
+                 runtime_env=runtime_env())
     ray_up = time.perf_counter()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -60,3 +63,49 @@ def deployed(cfg: Any, port: int) -> Iterator[dict[str, Any]]:
         serve.shutdown()
         if not ray_was_up and ray.is_initialized():
             ray.shutdown()
+
+
+def mock_serve_config(
+    tmp: Any,
+    port: int,
+    *,
+    keys: dict[str, str],
+    admin_keys: list[str],
+    tier0_rules: list[dict] = (),  # type: ignore[assignment]
+    tier0_args: dict | None = None,
+    tier1_args: dict | None = None,
+    tenant_rate_limits: dict | None = None,
+    **serve_fields: Any,
+) -> Any:
+    """Two ``engine: mock`` tiers (0.5B-priced "mock-small" -> 8B-priced "mock-large", tau 0.5)
+    behind the real ingress, with Milvus Lite and the journal under ``tmp``."""
+    from memroute.config.api import ApiConfig
+    from memroute.config.journal import JournalConfig
+    from memroute.config.schema import MemoryConfig, ModelConfig, RouterConfig
+    from memroute.config.serve import (
+        AutoscalingConfig,
+        HttpConfig,
+        IngressConfig,
+        ServeConfig,
+        TierDeployConfig,
+    )
+
+    small = ModelConfig(name="mock-small", engine="mock", params_b=0.5,
+                        engine_args={"logprob": -0.05, "rules": list(tier0_rules), **(tier0_args or {})})
+    large = ModelConfig(name="mock-large", engine="mock", params_b=8.0,
+                        engine_args={"answer": "Large answer.", "logprob": -0.01, **(tier1_args or {})})
+    one = AutoscalingConfig(min_replicas=1, max_replicas=1)
+    fields: dict[str, Any] = dict(
+        http=HttpConfig(port=port),
+        ingress=IngressConfig(num_cpus=0.25, autoscaling=one),
+        cascade={"0": small, "1": large},
+        deploy={str(i): TierDeployConfig(num_cpus=0.25, autoscaling=one) for i in range(2)},
+        memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_mock"),
+        router=RouterConfig(tau=0.5, max_tokens=24),
+        journal=JournalConfig(path=str(tmp / "journal.sqlite3")),
+        api=ApiConfig(api_keys=dict(keys), admin_keys=list(admin_keys),
+                      tenant_rate_limits=dict(tenant_rate_limits or {})),
+        blocking=False,
+    )
+    fields.update(serve_fields)
+    return ServeConfig(**fields)

@@ -16,6 +16,7 @@ import pytest
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
+from . import serving  # noqa: E402
 from .serving import deployed, free_port  # noqa: E402
 
 KEYS = {"sk-mock": "acme", "sk-mock-b": "globex", "sk-mock-c": "initech"}
@@ -32,42 +33,12 @@ BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
 
 
 def mock_serve_config(tmp, port: int):
-    """The one place the test's ServeConfig is built (the config's shape changes here only)."""
-    from memroute.config.api import ApiConfig, RateLimitConfig
-    from memroute.config.journal import JournalConfig
-    from memroute.config.schema import MemoryConfig, ModelConfig, RouterConfig
-    from memroute.config.serve import (
-        AutoscalingConfig,
-        HttpConfig,
-        IngressConfig,
-        ServeConfig,
-        TierDeployConfig,
-    )
+    """The one place this module's ServeConfig is built (the config's shape changes here only)."""
+    from memroute.config.api import RateLimitConfig
 
-    small = ModelConfig(
-        name="mock-small",
-        engine="mock",
-        params_b=0.5,
-        engine_args={"logprob": -0.05, "rules": TIER0_RULES},
-    )
-    large = ModelConfig(
-        name="mock-large",
-        engine="mock",
-        params_b=8.0,
-        engine_args={"answer": "Large answer.", "logprob": -0.01},
-    )
-    one = AutoscalingConfig(min_replicas=1, max_replicas=1)
-    return ServeConfig(
-        http=HttpConfig(port=port),
-        ingress=IngressConfig(num_cpus=0.25, autoscaling=one),
-        cascade={"0": small, "1": large},
-        deploy={str(i): TierDeployConfig(num_cpus=0.25, autoscaling=one) for i in range(2)},
-        memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_mock"),
-        router=RouterConfig(tau=0.5, max_tokens=24),
-        journal=JournalConfig(path=str(tmp / "journal.sqlite3")),
-        api=ApiConfig(api_keys=dict(KEYS), admin_keys=[ADMIN],
-                      tenant_rate_limits={"initech": RateLimitConfig(requests_per_s=0.01, burst=1)}),
-        blocking=False,
+    return serving.mock_serve_config(
+        tmp, port, keys=KEYS, admin_keys=[ADMIN], tier0_rules=TIER0_RULES,
+        tenant_rate_limits={"initech": RateLimitConfig(requests_per_s=0.01, burst=1)},
     )
 
 
