@@ -50,7 +50,6 @@ from memroute.journal.pending_scoring import (
     fuse_with_pending,
 )
 from memroute.journal.sqlite_journal import Journal, JournalEntry
-from memroute.retrieval.context import focus_query
 from memroute.text.tokenize import tokenize
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
@@ -158,31 +157,39 @@ class JournaledRetriever:
             ]
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InvalidRequest(f"top_k must be a positive integer, got {k!r}", field="top_k")
+        user_ids, queries = list(user_ids), list(queries)
+        pending = {uid: [pending_memory(e.pair) for e in es] for uid, es in snapshot.items()}
+        stats = {uid: self._stats(uid) for uid in pending if pending[uid]}
+        vectors, shared = None, hasattr(self.retriever, "dense_queries")
+        if self.cfg.strategy != "bm25":
+            # One encoder call: every query (the store search takes them too, when it can) and
+            # the pending texts not embedded yet.
+            assert self.encoder is not None
+            to_embed = [m for uid in stats for m in pending[uid][-PENDING_EMBED:]]
+            dense = self.retriever.dense_queries(user_ids, queries) if shared else queries
+            vectors = embed_batch(self.encoder, self.vectors, dense, to_embed)
         # The fusion pool: the store's candidates, not only its top_k.
         all_hits = self.retriever.retrieve_many(
-            user_ids, queries, top_k=max(k, self.cfg.candidate_k)
+            user_ids, queries, top_k=max(k, self.cfg.candidate_k),
+            **({"vectors": vectors} if shared and vectors is not None else {}),
         )
-        return self._rank(list(user_ids), list(queries), all_hits, snapshot, k)
+        return self._rank(user_ids, queries, all_hits, pending, stats, vectors, k)
 
     def _rank(
         self,
         user_ids: list[str],
         queries: list[str],
         all_hits: list[list[RetrievalHit]],
-        snapshot: Mapping[str, list[JournalEntry]],
+        pending: Mapping[str, list[Memory]],
+        stats: Mapping[str, CorpusStats],
+        vectors: np.ndarray | None,
         k: int,
     ) -> list[list[RetrievalHit]]:
-        cfg, encoder = self.cfg, self.encoder
-        assert cfg is not None and encoder is not None
-        pending = {uid: [pending_memory(e.pair) for e in es] for uid, es in snapshot.items()}
-        rows = [i for i, uid in enumerate(user_ids) if pending[uid]]
-        stats = {uid: self._stats(uid) for uid in {user_ids[i] for i in rows}}
+        cfg = self.cfg
+        assert cfg is not None
         qvecs: dict[int, np.ndarray] = {}
-        if cfg.strategy != "bm25":
-            to_embed = [m for uid in stats for m in pending[uid][-PENDING_EMBED:]]
-            dense_queries = [self._dense_query(user_ids[i], queries[i], stats[user_ids[i]]) for i in rows]
-            vectors = embed_batch(encoder, self.vectors, dense_queries, to_embed)
-            qvecs = dict(zip(rows, vectors))
+        if vectors is not None:
+            qvecs = {i: vectors[i] for i, uid in enumerate(user_ids) if pending[uid]}
         out = []
         for i, (uid, q, hits) in enumerate(zip(user_ids, queries, all_hits)):
             if not pending[uid]:
@@ -204,10 +211,3 @@ class JournaledRetriever:
         n = len(index)
         return CorpusStats(n, lambda term: index.df_ratio(term) * n)
 
-    def _dense_query(self, user_id: str, query: str, stats: CorpusStats) -> str:
-        """The focused query the retriever's dense leg embeds (``retrieval.query_focus``)."""
-        assert self.cfg is not None
-        if self.cfg.query_focus >= 1.0 or stats.num_docs == 0:
-            return query
-        n = stats.num_docs
-        return focus_query(query, lambda w: stats.df(w) / n, self.cfg.query_focus, n)

@@ -134,8 +134,11 @@ class HybridRetriever:
         *,
         top_k: int | None = None,
         strategy: str | None = None,
+        vectors: np.ndarray | None = None,
     ) -> list[list[RetrievalHit]]:
-        """:meth:`retrieve` for aligned lists, embedding all queries in one batch."""
+        """:meth:`retrieve` for aligned lists, embedding all queries in one batch; ``vectors``:
+        that batch already embedded (the rows of :meth:`dense_queries`), by a caller that embeds
+        more texts in the same encoder call."""
         if isinstance(user_ids, str) or isinstance(queries, str):
             raise InvalidRequest("user_ids and queries must be lists", field="queries")
         if len(user_ids) != len(queries):
@@ -151,11 +154,15 @@ class HybridRetriever:
             _check_query(q)
         if not uids:
             return []
-        vectors = None
         dense_queries = list(queries)
-        if strat != "bm25":
-            dense_queries = [self._dense_query(u, q) for u, q in zip(uids, queries)]
-            vectors = self.encoder.encode(dense_queries)
+        if strat == "bm25":
+            vectors = None
+        else:
+            dense_queries = self.dense_queries(uids, queries)
+            if vectors is None:
+                vectors = self.encoder.encode(dense_queries)
+            elif len(vectors) != len(uids):
+                raise InvalidRequest(f"{len(vectors)} vectors for {len(uids)} queries", field="vectors")
         return [
             self._retrieve_one(uid, q, None if vectors is None else vectors[i], k, strat, dense_queries[i])
             for i, (uid, q) in enumerate(zip(uids, queries))
@@ -208,6 +215,10 @@ class HybridRetriever:
             self.cfg.rerank_weight,
         )
         return [head[i]._replace(score=head[slot].score) for slot, i in enumerate(order)] + tail
+
+    def dense_queries(self, user_ids: Sequence[str], queries: Sequence[str]) -> list[str]:
+        """The texts the dense leg embeds for these queries."""
+        return [self._dense_query(u, q) for u, q in zip(user_ids, queries)]
 
     def _dense_query(self, user_id: str, query: str) -> str:
         """The text embedded for the dense leg: the query without the words nearly all of the

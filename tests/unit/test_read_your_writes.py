@@ -187,6 +187,7 @@ def test_each_pending_pair_is_embedded_once_and_nothing_pending_changes_nothing(
         served.retrieve_many(["alice", "alice"], queries[:2])
     pair_texts = [t for t in encoder.texts if t.startswith("[")]
     assert sorted(pair_texts) == sorted(p.text() for p in facts)  # once each, not per query
+    assert len(encoder.texts) - len(pair_texts) == 3 * 2  # each query once per call, not twice
     assert served.vectors.embedded == 2
 
 
