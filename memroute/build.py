@@ -109,7 +109,7 @@ def pricing(cfg: ModelConfig) -> Pricing:
 def tier(cfg: ModelConfig, engine: Backend) -> Tier:
     from memroute.routing.router import Tier
 
-    return Tier(cfg.name, engine, pricing(cfg))
+    return Tier(cfg.name, engine, pricing(cfg), context_tokens=cfg.max_model_len)
 
 
 class UnusedBackend:

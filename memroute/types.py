@@ -130,7 +130,7 @@ class CallRecord:
 
     tier: int
     model_id: str
-    base_prompt_tokens: int  # prompt without the memory block
+    base_prompt_tokens: int  # system prompt + the question, without memories or history
     injected_tokens: int  # prompt tokens added by the memory block
     output_tokens: int
     eff_cost: float  # (in + 4*out) * P/8
@@ -138,10 +138,11 @@ class CallRecord:
     confidence: float
     accepted: bool
     params_b: float = 0.0
+    history_tokens: int = 0  # prompt tokens added by the client's earlier turns
 
     @property
     def input_tokens(self) -> int:
-        return self.base_prompt_tokens + self.injected_tokens
+        return self.base_prompt_tokens + self.injected_tokens + self.history_tokens
 
 
 @dataclass

@@ -23,7 +23,7 @@ from memroute.types import RouteResult
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 UNKNOWN_TENANT = "unknown"  # requests refused before the API key was checked
-COMPONENTS = ("base", "injected", "output")
+COMPONENTS = ("base", "injected", "history", "output")
 
 _CONFIDENCE_BUCKETS = tuple(i / 10 for i in range(1, 11))
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -63,7 +63,7 @@ class ApiMetrics:
             buckets=_CONFIDENCE_BUCKETS, registry=registry,
         )
         self.tokens = Counter(
-            f"{p}_tokens", "Tokens by component (base prompt, injected memories, output) and tier",
+            f"{p}_tokens", "Tokens by component (base prompt, injected memories, history, output) and tier",
             ["tier", "component"], registry=registry,
         )
         self.eff_cost = Counter(
@@ -113,7 +113,8 @@ class ApiMetrics:
             tier = str(c.tier)
             self.confidence.labels(tier=tier).observe(c.confidence)
             for component, n in zip(
-                COMPONENTS, (c.base_prompt_tokens, c.injected_tokens, c.output_tokens)
+                COMPONENTS,
+                (c.base_prompt_tokens, c.injected_tokens, c.history_tokens, c.output_tokens),
             ):
                 self.tokens.labels(tier=tier, component=component).inc(max(n, 0))
             self.eff_cost.labels(tier=tier).inc(max(c.eff_cost, 0.0))

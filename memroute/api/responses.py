@@ -43,6 +43,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
         "tokens": {
             "base": sum(c.base_prompt_tokens for c in result.calls),
             "injected": sum(c.injected_tokens for c in result.calls),
+            "history": sum(c.history_tokens for c in result.calls),
             "output": sum(c.output_tokens for c in result.calls),
         },
         "eff_cost": round(result.eff_cost, 6),
@@ -56,6 +57,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
                 "tokens": {
                     "base": c.base_prompt_tokens,
                     "injected": c.injected_tokens,
+                    "history": c.history_tokens,
                     "output": c.output_tokens,
                 },
                 "eff_cost": round(c.eff_cost, 6),
@@ -116,6 +118,7 @@ def memroute_headers(result: RouteResult) -> dict[str, str]:
         "eff-cost": f"{r['eff_cost']:.6g}",
         "tokens-base": str(r["tokens"]["base"]),
         "tokens-injected": str(r["tokens"]["injected"]),
+        "tokens-history": str(r["tokens"]["history"]),
         "tokens-output": str(r["tokens"]["output"]),
         "memories": str(r["memories_used"]["count"]),
         "memory-ids": ",".join(r["memories_used"]["ids"]),

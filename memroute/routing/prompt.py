@@ -1,8 +1,10 @@
 """Inject retrieved memories into a chat prompt within a token budget.
 
-Memories go into the system context (the paper's "system-context messages"). The budget is
-counted with the *target* model's tokenizer, so the same memories may fit one tier and not
-another; the probe tier can be given a smaller budget than escalations.
+Memories go into the system context (the paper's "system-context messages"), appended to the
+client's own system prompt when it sent one. The budget is counted with the *target* model's
+tokenizer, so the same memories may fit one tier and not another; the probe tier can be given a
+smaller budget than escalations. The client's earlier turns follow the system message, trimmed
+oldest-first to what the tier's context leaves (:func:`trim_history`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Callable, Sequence
 from memroute.types import Message, RetrievalHit
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
+TURN_OVERHEAD_TOKENS = 6  # role markers and separators of one chat turn, about, across templates
 
 
 def memory_line(hit: RetrievalHit) -> str:
@@ -48,9 +51,30 @@ def render_memory_block(hits: Sequence[RetrievalHit]) -> str:
 
 
 def build_messages(
-    system_prompt: str, query: str, hits: Sequence[RetrievalHit] = ()
+    system_prompt: str,
+    query: str,
+    hits: Sequence[RetrievalHit] = (),
+    history: Sequence[Message] = (),
 ) -> list[Message]:
+    """System prompt (with the memory block appended), the conversation so far, the question."""
     system = system_prompt
     if hits:
         system = f"{system_prompt}\n\n{render_memory_block(hits)}"
-    return [Message("system", system), Message("user", query)]
+    return [Message("system", system), *history, Message("user", query)]
+
+
+def trim_history(
+    history: Sequence[Message], budget_tokens: int, count_text_tokens: Callable[[str], int]
+) -> list[Message]:
+    """The most recent turns that fit ``budget_tokens`` (oldest dropped first), in order.
+    Each turn costs its text plus a few tokens of chat template; the caller checks the exact
+    count of the whole prompt and drops more if the estimate was short."""
+    kept: list[Message] = []
+    used = 0
+    for m in reversed(history):
+        cost = count_text_tokens(m.content) + TURN_OVERHEAD_TOKENS
+        if used + cost > budget_tokens:
+            break
+        kept.append(m)
+        used += cost
+    return kept[::-1]

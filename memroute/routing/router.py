@@ -26,7 +26,7 @@ from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import BackendUnavailable, InvalidRequest, MemrouteError, NoTierAnswered
 from memroute.llm.base import Backend
 from memroute.routing.isolation import Steps, keep
-from memroute.routing.prompt import build_messages, select_within_budget
+from memroute.routing.prompt import build_messages, select_within_budget, trim_history
 from memroute.routing.confidence import CONFIDENCE
 from memroute.types import (
     CallRecord,
@@ -58,6 +58,7 @@ class Tier:
     name: str
     backend: Backend
     pricing: Pricing
+    context_tokens: int | None = None  # the model's context window; None: history is not trimmed
 
 
 @dataclass
@@ -67,6 +68,8 @@ class RouteRequest:
     session_time: int | None = None  # epoch seconds; default: now
     session_id: str | None = None
     turn_index: int | None = None
+    system: str | None = None  # the client's system prompt; None: the router's own
+    history: tuple[Message, ...] = ()  # the client's earlier turns, oldest first
 
 
 @dataclass
@@ -86,7 +89,8 @@ class _Pending:
 class _Prompt:
     messages: list[Message]
     memories: list[RetrievalHit]  # the hits that fit the tier's budget
-    base_tokens: int  # the prompt's tokens without the memory block
+    base_tokens: int  # the prompt's tokens without the memory block and the history
+    history_tokens: int = 0  # what the client's earlier turns add
 
 
 def _identity(i: int) -> int:
@@ -212,12 +216,38 @@ class Router:
         probing = tier_index == 0 and len(self.tiers) > 1
         return self.retrieval.probe_token_budget if probing else self.retrieval.token_budget
 
-    def _prompt(self, t: int, backend: Backend, query: str, hits: list[RetrievalHit]) -> _Prompt:
+    def _prompt(self, t: int, tier: Tier, req: RouteRequest, hits: list[RetrievalHit]) -> _Prompt:
+        backend = tier.backend
+        system = self.cfg.system_prompt if req.system is None else req.system
         chosen = select_within_budget(hits, self._budget(t), backend.count_text_tokens)
-        messages = build_messages(self.cfg.system_prompt, query, chosen)
-        # Exact attribution: the same prompt without the memory block.
-        base = backend.count_tokens(build_messages(self.cfg.system_prompt, query))
-        return _Prompt(messages, chosen, base)
+        messages = build_messages(system, req.query, chosen)
+        # Exact attribution: the same prompt without the memory block (and without the history).
+        base = backend.count_tokens(build_messages(system, req.query))
+        if not req.history:
+            return _Prompt(messages, chosen, base)
+        history = self._history(tier, req, messages, chosen, system)
+        if not history:
+            return _Prompt(messages, chosen, base)
+        with_history = backend.count_tokens(build_messages(system, req.query, (), history))
+        return _Prompt(build_messages(system, req.query, chosen, history), chosen, base,
+                       history_tokens=with_history - base)
+
+    def _history(
+        self, tier: Tier, req: RouteRequest, messages: list[Message],
+        chosen: list[RetrievalHit], system: str,
+    ) -> list[Message]:
+        """The client's turns that fit what the tier's context leaves after the system prompt,
+        the memories, the question and the answer; oldest dropped first."""
+        backend = tier.backend
+        if tier.context_tokens is None:
+            return list(req.history)
+        room = tier.context_tokens - self.cfg.max_tokens
+        history = trim_history(req.history, room - backend.count_tokens(messages),
+                               backend.count_text_tokens)
+        while history and backend.count_tokens(
+                build_messages(system, req.query, chosen, history)) > room:
+            history = history[1:]  # the estimate was short: drop the oldest until it fits
+        return history
 
     def _run_tier(
         self,
@@ -230,9 +260,7 @@ class Router:
         steps: Steps,
     ) -> list[_Pending]:
         backend = tier.backend
-        built = steps.each(
-            lambda p: self._prompt(t, backend, requests[p.index].query, p.hits), pending
-        )
+        built = steps.each(lambda p: self._prompt(t, tier, requests[p.index], p.hits), pending)
         pending, prompts = keep(pending, built, out, _index)
         members = list(zip(pending, prompts))  # (pending, its prompt) per member
         replies = steps.batch(
@@ -331,7 +359,8 @@ class Router:
                 tier=t,
                 model_id=backend.model_id,
                 base_prompt_tokens=prompt.base_tokens,
-                injected_tokens=reply.prompt_tokens - prompt.base_tokens,
+                injected_tokens=reply.prompt_tokens - prompt.base_tokens - prompt.history_tokens,
+                history_tokens=prompt.history_tokens,
                 output_tokens=reply.completion_tokens,
                 eff_cost=tier.pricing.eff_cost(reply.prompt_tokens, reply.completion_tokens),
                 latency_s=reply.latency_s,

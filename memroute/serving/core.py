@@ -167,7 +167,7 @@ class ServingCore:
         if self.shadow is not None:  # judged in a background thread: the answers do not wait
             ok = [(q, r) for q, r in zip(requests, results) if isinstance(r, RouteResult)]
             if ok:
-                self.shadow.offer([q.query for q, _ in ok], [r for _, r in ok])
+                self.shadow.offer([q for q, _ in ok], [r for _, r in ok])
         return results
 
     def respond(self, prepared: PreparedChat, result: RouteResult, *, latency_s: float) -> ApiResponse:
@@ -302,8 +302,15 @@ class ServingCore:
 
 
 def route_request(prepared: PreparedChat) -> RouteRequest:
-    """The API's plain values (namespace, query) as the Router's request: the API layer knows
-    nothing of routing. A keyed request's turn index (so its pair id) comes from the key."""
+    """The API's plain values as the Router's request (the API layer knows nothing of routing):
+    the namespace, the last user turn, the client's system prompt(s) joined, and its earlier
+    turns as history. A keyed request's turn index (so its pair id) comes from the key."""
     key = prepared.idempotency_key
     turn = stable_id(IDEMPOTENCY_HEADER, key) if key is not None else None
-    return RouteRequest(user_id=prepared.user_id, query=prepared.chat.query, turn_index=turn)
+    chat = prepared.chat
+    systems = [m.content for m in chat.messages if m.role == "system"]
+    return RouteRequest(
+        user_id=prepared.user_id, query=chat.query, turn_index=turn,
+        system="\n\n".join(systems) if systems else None,
+        history=tuple(m for m in chat.messages[:-1] if m.role != "system"),
+    )

@@ -24,16 +24,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from memroute.config.serve import ShadowConfig
 from memroute.routing.prompt import build_messages
-from memroute.routing.router import Tier
+from memroute.routing.router import RouteRequest, Tier
 from memroute.text.answers import f1_score
-from memroute.types import RouteResult
+from memroute.types import Message, RouteResult
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class _Sample:
-    query: str
+    request: RouteRequest
     result: RouteResult
 
 
@@ -71,14 +71,14 @@ class ShadowJudge:
         self._thread = threading.Thread(target=self._run, name="shadow-judge", daemon=True)
         self._thread.start()
 
-    def offer(self, queries: Sequence[str], results: Sequence[RouteResult]) -> int:
+    def offer(self, requests: Sequence[RouteRequest], results: Sequence[RouteResult]) -> int:
         """Queue the sampled accepted-below-the-last-tier answers of one batch; returns how many."""
         queued = 0
-        for query, result in zip(queries, results):
+        for request, result in zip(requests, results):
             if result.decision.answered_tier >= self.judge_index or self._rng.random() >= self.cfg.share:
                 continue
             try:
-                self._queue.put_nowait(_Sample(query, result))
+                self._queue.put_nowait(_Sample(request, result))
                 queued += 1
             except queue.Full:
                 self.m_dropped.inc()
@@ -128,9 +128,16 @@ class ShadowJudge:
                 for _ in batch:
                     self._queue.task_done()
 
+    def _prompt(self, s: _Sample) -> list[Message]:
+        """The accepted tier's prompt as the last tier sees it: the same system prompt, memories
+        and conversation (not trimmed again: the last tier has the largest context)."""
+        r = s.request
+        system = self.system_prompt if r.system is None else r.system
+        return build_messages(system, r.query, s.result.decision.memories, r.history)
+
     def _judge(self, batch: list[_Sample]) -> None:
         backend = self.judge.backend
-        prompts = [build_messages(self.system_prompt, s.query, s.result.decision.memories) for s in batch]
+        prompts = [self._prompt(s) for s in batch]
         replies = backend.generate_many(prompts, max_tokens=self.max_tokens)
         for sample, reply in zip(batch, replies):
             tier = str(sample.result.decision.answered_tier)

@@ -83,12 +83,12 @@ def test_chat_completion_shape():
     assert (m["tier"], m["model"], m["escalated"]) == (1, "large", True)
     assert m["confidences"] == [0.31, 0.82]
     assert m["memories_used"] == {"count": 2, "ids": [str(BIG_ID), "12345"]}
-    assert m["tokens"] == {"base": 82, "injected": 85, "output": 8}
+    assert m["tokens"] == {"base": 82, "injected": 85, "history": 0, "output": 8}
     assert m["eff_cost"] == pytest.approx(4.8125 + 106.75)
     assert m["latency_ms"] == [120.0, 900.0]
     assert [c["tier"] for c in m["calls"]] == [0, 1]
     assert [c["accepted"] for c in m["calls"]] == [False, True]
-    assert m["calls"][1]["tokens"] == {"base": 42, "injected": 60, "output": 5}
+    assert m["calls"][1]["tokens"] == {"base": 42, "injected": 60, "history": 0, "output": 5}
     # Round-trips through JSON with the 64-bit id intact.
     back = json.loads(json.dumps(body))
     assert int(back["memroute"]["memories_used"]["ids"][0]) == BIG_ID
@@ -119,6 +119,7 @@ def test_headers_carry_the_report():
         "x-memroute-eff-cost": "111.562",
         "x-memroute-tokens-base": "82",
         "x-memroute-tokens-injected": "85",
+        "x-memroute-tokens-history": "0",
         "x-memroute-tokens-output": "8",
         "x-memroute-memories": "2",
         "x-memroute-memory-ids": f"{BIG_ID},12345",
