@@ -95,7 +95,7 @@ class ModelConfig:
     usd_per_m_input: float = 0.0
     usd_per_m_output: float = 0.0
     max_model_len: int = 4096
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # vLLM: on a CPU bfloat16 only with native bf16 (AVX512-BF16/AMX), else float32
     base_url: Optional[str] = None  # openai_http
     api_key_env: Optional[str] = None  # openai_http: env var holding the key
     served_model: Optional[str] = None  # openai_http: model name on the server

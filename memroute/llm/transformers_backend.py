@@ -55,9 +55,11 @@ class TransformersBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+        if dtype == "auto":  # eager PyTorch on a CPU: float32 is its fast, exact path
+            dtype = "float32"
         if dtype not in _DTYPES:
             raise InvalidRequest(
-                f"dtype {dtype!r} is not supported: use one of {', '.join(_DTYPES)}",
+                f"dtype {dtype!r} is not supported: use one of auto, {', '.join(_DTYPES)}",
                 field="model.dtype",
             )
         folder = _check_folder(path)

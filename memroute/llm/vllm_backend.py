@@ -8,9 +8,9 @@ so the engine batches it. Reply conventions: :mod:`memroute.llm.chat`.
 CPU defaults, applied before vllm is imported and only when the variable is not already set
 (on a machine without CUDA only):
 
-* ``VLLM_CPU_KVCACHE_SPACE=1`` -- GiB of KV cache. vLLM's CPU default sizes the cache from
-  ``gpu_memory_utilization`` of all RAM; 1 GiB is plenty for 4k-token prompts of small models
-  and leaves room for a second engine in the same process or machine.
+* ``VLLM_CPU_KVCACHE_SPACE=1`` (2 in float32) -- GiB of KV cache. vLLM's CPU default sizes the
+  cache from ``gpu_memory_utilization`` of all RAM; 1 GiB of bfloat16 is plenty for 4k-token
+  prompts of small models and leaves room for a second engine in the same process or machine.
 * ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` -- the engine core runs in this process: start-up takes
   ~8 s instead of ~30 s and no ``if __name__ == "__main__"`` guard is needed (nothing is spawned).
   Side effect: the CPU worker replaces ``torch.set_num_threads`` with a no-op for the process.
@@ -42,9 +42,12 @@ CPU_ENV_DEFAULTS = {
 }
 
 
-def apply_cpu_env_defaults() -> dict[str, str]:
+def apply_cpu_env_defaults(dtype: str = "bfloat16") -> dict[str, str]:
     """Set the CPU defaults above where unset; returns what was set."""
-    wanted = dict(CPU_ENV_DEFAULTS, OMP_NUM_THREADS=str(len(os.sched_getaffinity(0))))
+    from memroute.llm.cpu_dtype import kv_cache_gib
+
+    wanted = dict(CPU_ENV_DEFAULTS, OMP_NUM_THREADS=str(len(os.sched_getaffinity(0))),
+                  VLLM_CPU_KVCACHE_SPACE=str(kv_cache_gib(dtype)))
     applied = {k: v for k, v in wanted.items() if k not in os.environ}
     os.environ.update(applied)
     return applied
@@ -74,7 +77,7 @@ class VLLMBackend:
         path: str | Path,
         *,
         max_model_len: int = 4096,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         engine_args: dict[str, Any] | None = None,
     ) -> None:
         folder = Path(path).expanduser()
@@ -85,7 +88,10 @@ class VLLMBackend:
             )
         on_cpu = not _cuda_available()
         if on_cpu:
-            apply_cpu_env_defaults()  # before vllm is imported: it caches some values
+            from memroute.llm.cpu_dtype import cpu_dtype
+
+            dtype = cpu_dtype(dtype)  # "auto": bfloat16 only where the CPU has it natively
+            apply_cpu_env_defaults(dtype)  # before vllm is imported: it caches some values
         from vllm import LLM
 
         guard_kernel_scan()
