@@ -150,7 +150,7 @@ class TrackingConfig:
 class DatasetConfig:
     name: str = "synthetic"  # synthetic | locomo | longmemeval | traces
     path: Optional[str] = None  # locomo: path to locomo10.json
-    sample_ids: list[str] = field(default_factory=list)  # locomo: default conv-26
+    sample_ids: list[str] = field(default_factory=lambda: ["conv-26"])  # locomo: ids, or [all]
     categories: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
     limit: Optional[int] = None  # run only the first N questions
     seed: int = 0

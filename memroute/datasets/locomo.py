@@ -214,17 +214,17 @@ def load_locomo(
     path: str | Path,
     *,
     sample_ids: Iterable[str] | None = None,
-    categories: Iterable[int] = (1, 2, 3, 4),
+    categories: Iterable[int] | None = (1, 2, 3, 4),
     limit: int | None = None,
 ) -> list[Conversation]:
     """Read a LoCoMo-format file.
 
     ``sample_ids`` keeps those conversations (in file order); ``categories`` keeps those question
-    categories (default: the paper's 1-4, no adversarial); ``limit`` keeps the first N questions
+    categories (default, or None: the paper's 1-4, no adversarial); ``limit`` keeps the first N questions
     overall, dropping the conversations after the one where the limit was reached.
     """
     path = Path(path)
-    cats = tuple(categories)
+    cats = (1, 2, 3, 4) if categories is None else tuple(categories)
     bad = [c for c in cats if isinstance(c, bool) or c not in CATEGORY_NAMES]
     if bad:
         raise InvalidRequest(f"categories must be among 1-5, got {bad}", field="categories")

@@ -10,7 +10,7 @@ loader's error (file, record and field named) before a single row is embedded.
 name           users and pairs
 =============  ===========================================================================
 synthetic      generated LoCoMo-format conversations (written to ``work_dir``); user = sample
-locomo         ``path`` (locomo10.json); user = sample id (``sample_ids``, default conv-26)
+locomo         ``path`` (locomo10.json); user = sample id (``sample_ids``: ids, or ``[all]``; default conv-26)
 longmemeval    ``path`` (a real LongMemEval file) or, without one, the generated set of
                ``size`` (small | default | s-like) written to ``work_dir``; user = question
 traces         ``path`` (.jsonl / .parquet recorded traffic); user = "<tenant>:<user_id>";
@@ -116,9 +116,22 @@ class _LoCoMo(_LoCoMoFormat):
             raise ConfigError("dataset.path is required for LoCoMo (path to locomo10.json)", field="dataset.path")
         path = _existing(cfg.path)
         return load_locomo(
-            path, sample_ids=cfg.sample_ids or ["conv-26"], categories=cfg.categories or None,  # type: ignore[arg-type]
+            path, sample_ids=locomo_sample_ids(cfg.sample_ids),
+            categories=cfg.categories or None,  # type: ignore[arg-type]
             limit=cfg.limit,
         )
+
+
+def locomo_sample_ids(ids: list[str] | str) -> list[str] | None:
+    """``dataset.sample_ids``: a list of conversation ids, or ``all`` (None: every conversation
+    of the file). An empty list is refused rather than read as some default."""
+    if ids == "all" or list(ids) == ["all"]:
+        return None
+    if not ids:
+        raise ConfigError("dataset.sample_ids is empty: list conversation ids (e.g. [conv-26]) "
+                          "or write dataset.sample_ids=[all] for every conversation",
+                          field="dataset.sample_ids")
+    return list(ids)
 
 
 def longmemeval_path(cfg: DatasetConfig, work_dir: Path) -> Path:

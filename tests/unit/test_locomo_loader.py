@@ -177,6 +177,22 @@ def test_sample_id_filter(tiny):
         load_locomo(tiny, sample_ids=["conv-zz"])
 
 
+def test_the_dataset_config_selects_all_conversations_or_refuses_an_empty_list(tiny, tmp_path):
+    from memroute.config.schema import DatasetConfig
+    from memroute.datasets.registry import DATASETS
+    from memroute.errors import ConfigError
+
+    def load(ids):
+        cfg = DatasetConfig(name="locomo", path=str(tiny), sample_ids=ids, categories=[])
+        return [c.sample_id for c in DATASETS.get("locomo").locomo(cfg, tmp_path)]
+
+    assert load(["all"]) == ["conv-x", "conv-y"]
+    assert load(["conv-y"]) == ["conv-y"]
+    with pytest.raises(ConfigError, match=r"\[all\]") as e:
+        load([])
+    assert e.value.field == "dataset.sample_ids"
+
+
 # ------------------------------------------------------------------ errors
 
 
