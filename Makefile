@@ -20,7 +20,7 @@ export VLLM_CPU_KVCACHE_SPACE ?= 2
 export PYTHONUNBUFFERED := 1
 export VLLM_LOGGING_LEVEL ?= WARNING
 
-.PHONY: install assets assets-all run serve test test-slow lock clean
+.PHONY: install assets assets-all run serve test test-slow test-all lock clean
 
 install: $(STAMP)
 
@@ -59,6 +59,10 @@ test: assets
 
 test-slow: assets-all
 	$(PY) -m pytest -m slow tests
+
+# Everything: the default suite plus the slow suites (real Qwen models, long reliability runs).
+test-all: assets-all
+	$(PY) -m pytest tests
 
 lock: install
 	{ head -2 constraints.txt; $(PIP) freeze --exclude-editable | grep -v -E '^(torchvision|torchaudio|torchcodec|triton)=='; } > constraints.new && mv constraints.new constraints.txt

@@ -228,7 +228,8 @@ def _temperature(body: dict) -> float | None:
         raise InvalidRequest(
             f"temperature must be a number, got {_json_type(value)}", field="temperature"
         )
-    if not math.isfinite(value) or not 0.0 <= value <= 2.0:
+    # An int is compared exactly: math.isfinite(10**400) raises OverflowError (a 500 before).
+    if (isinstance(value, float) and not math.isfinite(value)) or not 0.0 <= value <= 2.0:
         raise InvalidRequest(
             f"temperature must be between 0 and 2, got {value}", field="temperature"
         )
