@@ -28,7 +28,8 @@ from memroute.errors import InvalidRequest, MethodNotAllowed, NotFound
 from memroute.types import RouteResult
 
 # The schema is an operator surface: served behind the admin key below, not by FastAPI openly.
-app = FastAPI(title="memroute", docs_url=None, redoc_url=None, openapi_url=None)
+# redirect_slashes off: "/v1/models/" is an OpenAI 404, not a 307 whose Location echoes the Host header
+app = FastAPI(title="memroute", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
 
 
 @app.exception_handler(StarletteHTTPException)

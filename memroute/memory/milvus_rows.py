@@ -6,11 +6,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from memroute.errors import InvalidRequest
 from memroute.namespace import SEPARATOR, validate_tenant
-from memroute.types import Memory
+from memroute.text.clip import clip_utf8, shorten_middle
+from memroute.types import Memory, TurnPair
+
+log = logging.getLogger(__name__)
 
 
 def memory_from_row(row: dict[str, Any], pk: Any) -> Memory:
@@ -24,6 +28,32 @@ def memory_from_row(row: dict[str, Any], pk: Any) -> Memory:
         session_id=row.get("session_id", ""),
         turn_index=int(row.get("turn_index", 0)),
     )
+
+
+def stored_text(pair: TurnPair, max_bytes: int) -> str:
+    """``pair.text()`` within the store's ``text`` VARCHAR. A longer pair (the API accepts more
+    characters than the column holds bytes: emoji are 4 bytes each) is stored with the middle
+    of its question, then of its answer, cut out, rather than refused and lost after its 200."""
+    text = pair.text()
+    over = len(text.encode("utf-8")) - max_bytes
+    if over <= 0:
+        return text
+    user, answer = pair.user_text, pair.assistant_text
+    for which in ("user", "answer"):
+        current = user if which == "user" else answer
+        size = len(current.encode("utf-8"))
+        cut = shorten_middle(current, max(0, size - over))
+        if which == "user":
+            user = cut
+        else:
+            answer = cut
+        text = replace(pair, user_text=user, assistant_text=answer).text()
+        over = len(text.encode("utf-8")) - max_bytes
+        if over <= 0:
+            log.warning("a turn-pair of %d bytes is stored shortened to the store's %d",
+                        len(pair.text().encode("utf-8")), max_bytes)
+            return text
+    return clip_utf8(text, max_bytes)
 
 
 def check_varchar(value: object, max_bytes: int, field: str) -> None:

@@ -23,6 +23,7 @@ from memroute.memory.milvus_rows import delete_count, tenant_scan_filter
 from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
 from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
+from memroute.memory.milvus_rows import stored_text
 from memroute.types import Memory, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -243,8 +244,7 @@ class MilvusMemoryStore:
         if not isinstance(pair, TurnPair):
             raise InvalidRequest(f"expected a TurnPair, got {type(pair).__name__}", field="pairs")
         validate_user_id(pair.user_id)
-        text = pair.text()
-        _check_varchar(text, MAX_TEXT, "text")
+        text = stored_text(pair, MAX_TEXT)
         _check_varchar(pair.session_id, MAX_SESSION_ID, "session_id")
         _check_varchar(pair.source_model, MAX_SOURCE_MODEL, "source_model")
         for name in ("turn_index", "session_time"):

@@ -27,6 +27,7 @@ from memroute.errors import BackendUnavailable, InvalidRequest, MemrouteError, N
 from memroute.llm.base import Backend
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.prompt import build_messages, select_within_budget, trim_history
+from memroute.text.clip import clip_utf8
 from memroute.routing.confidence import CONFIDENCE
 from memroute.types import (
     CallRecord,
@@ -41,6 +42,8 @@ from memroute.types import (
 )
 
 log = logging.getLogger(__name__)
+
+MAX_QUERY_BYTES = 8192  # what retrieval searches with (the store's VARCHAR and query limits)
 
 
 class MemoryRetriever(Protocol):
@@ -203,8 +206,11 @@ class Router:
     def _retrieve(self, requests: Sequence[RouteRequest]) -> list[list[RetrievalHit]]:
         if not self.cfg.use_memory or self.retriever is None:
             return [[] for _ in requests]
+        # A question longer than retrieval takes is searched by its start (the embedder reads
+        # only its first 256 tokens anyway); the model still gets all of it.
         return self.retriever.retrieve_many(
-            [r.user_id for r in requests], [r.query for r in requests], top_k=self.retrieval.top_k
+            [r.user_id for r in requests], [clip_utf8(r.query, MAX_QUERY_BYTES) for r in requests],
+            top_k=self.retrieval.top_k,
         )
 
     def _remember(self, pairs: Sequence[TurnPair]) -> list[None]:
