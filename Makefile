@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 export PYTHONUNBUFFERED := 1
-export VLLM_LOGGING_LEVEL ?= WARNING
+export VLLM_LOGGING_LEVEL ?= ERROR  # vLLM-CPU start-up advice (tcmalloc, Triton) is not ours to act on; WARNING to see it
 
 .PHONY: install assets assets-all run serve test test-slow test-all lock clean
 

@@ -18,8 +18,12 @@ def init_ray(cfg: RayConfig) -> bool:
 
     if ray.is_initialized():
         return False
+    level = logging.getLevelName(cfg.log_level.upper())
+    if not isinstance(level, int):
+        raise MemrouteError(f"ray.log_level must be DEBUG, INFO, WARNING or ERROR, got "
+                            f"{cfg.log_level!r}", field="ray.log_level")
     if cfg.address:
-        ray.init(address=cfg.address, logging_level=logging.WARNING)
+        ray.init(address=cfg.address, logging_level=level, log_to_driver=cfg.log_to_driver)
         return True
     if ray_constants.ENABLE_RAY_CLUSTER:
         raise MemrouteError(
@@ -36,6 +40,20 @@ def init_ray(cfg: RayConfig) -> bool:
         object_store_memory=cfg.object_store_memory,
         include_dashboard=cfg.include_dashboard,
         dashboard_host="127.0.0.1",
-        logging_level=logging.WARNING,
+        logging_level=level,
+        log_to_driver=cfg.log_to_driver,
     )
+    if not cfg.log_to_driver:
+        print(f"ray: workers' logs in {worker_logs()} (ray.log_to_driver=true prints them here)",
+              flush=True)
     return True
+
+
+def worker_logs() -> str:
+    """The local node's session log folder."""
+    import ray
+
+    try:
+        return str(ray._private.worker.global_worker.node.get_logs_dir_path())
+    except AttributeError:  # a Ray without this private path: the documented default
+        return "/tmp/ray/session_latest/logs"

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import hydra
 from omegaconf import DictConfig
@@ -35,8 +36,19 @@ def start(cfg: ServeConfig) -> str:
     from serve.app import build_app
 
     init_ray(cfg.ray)
-    serve.start(http_options={"host": cfg.http.host, "port": cfg.http.port}, logging_config={"enable_access_log": False})
+    level = logging.getLevelName(cfg.ray.log_level.upper())
+    logging.getLogger("ray.serve").setLevel(level)  # Serve's lines in this process
+    # In the replicas' own log files, memroute's warnings stay (a store failing, a tier skipped).
+    replicas = logging.getLevelName(min(level, logging.WARNING))
+    serve.start(http_options={"host": cfg.http.host, "port": cfg.http.port},
+                logging_config={"enable_access_log": False, "log_level": replicas})
+    from memroute.config.schema import ordered_cascade
+
+    names = " -> ".join(m.name for m in ordered_cascade(cfg.cascade))
+    print(f"memroute: deploying the router and {names} (loading models)...", flush=True)
+    t0 = time.perf_counter()
     serve.run(build_app(cfg), name=cfg.name, route_prefix=cfg.route_prefix, blocking=False)
+    print(f"memroute: ready in {time.perf_counter() - t0:.0f} s", flush=True)
     return f"http://{cfg.http.host}:{cfg.http.port}"
 
 

@@ -194,6 +194,10 @@ class RayConfig:
     object_store_memory: Optional[int] = None  # bytes, local node only (None: Ray's default)
     include_dashboard: bool = False
     data_progress_bars: bool = False  # Ray Data's own bars (the job draws one driver-side bar)
+    # Workers' output (engine start-up warnings, weight-loading bars) stays in Ray's session logs
+    # unless this is on; the job prints where they are. Errors still reach the job.
+    log_to_driver: bool = False
+    log_level: str = "ERROR"  # Ray's and Ray Serve's own log lines in this process (INFO: all)
 
 
 @dataclass
