@@ -10,7 +10,9 @@ may open. With a Milvus server the ingress scales out like any stateless replica
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -80,6 +82,9 @@ class RouterIngress:
         ]
         self.cfg = cfg
         self.core = core = ServingCore(cfg, backends)
+        # Health checks on threads of their own, never queued behind requests.
+        self._liveness = ThreadPoolExecutor(1, thread_name_prefix="liveness")
+        self._readiness = ThreadPoolExecutor(1, thread_name_prefix="readiness")
 
         async def route_batch(prepared: list[PreparedChat]) -> list[RouteResult | Exception]:
             # The Router blocks (engine calls through handles, Milvus): keep it off the event loop.
@@ -108,6 +113,7 @@ class RouterIngress:
                 raise InvalidRequest("send one Idempotency-Key header", field=IDEMPOTENCY_HEADER)
             prepared = await asyncio.to_thread(
                 self.core.prepare, body, authorization, keys[0] if keys else None, tenant=tenant,
+                headers=request.headers,
             )
             tenant = prepared.tenant
             if prepared.idempotency_key is None:
@@ -171,14 +177,18 @@ class RouterIngress:
 
     @app.get("/healthz")
     async def healthz(self) -> Response:
-        """Liveness: 200 while this replica runs; the body says what is degraded."""
-        return JSONResponse(await asyncio.to_thread(self.core.health))
+        """Liveness: 200 while this replica runs; the body says what is degraded. A thread of
+        its own: requests stuck on a hung store (the shared pool) never make it look dead."""
+        loop = asyncio.get_running_loop()
+        return JSONResponse(await loop.run_in_executor(self._liveness, self.core.health))
 
     @app.get("/readyz")
     async def readyz(self) -> Response:
         """Readiness: 503 while the store does not answer, writes fail, the flusher is down or
         the journal backlog is over its bound; ``problems`` says which, with the real error."""
-        health = await asyncio.to_thread(self.core.health, probe_store=True)
+        loop = asyncio.get_running_loop()
+        health = await loop.run_in_executor(
+            self._readiness, functools.partial(self.core.health, probe_store=True))
         return JSONResponse(health, status_code=503 if health["problems"] else 200)
 
     # -- operator endpoints: the admin key (api.admin_keys), never a tenant's ----------------

@@ -38,6 +38,10 @@ class MemoryConfig:
     num_partitions: int = 16  # partition-key buckets
     # Milvus' own BM25: analyzed text + a BM25 function into a sparse field (Milvus >= 2.5, Lite 3)
     bm25_function: bool = False
+    # Milvus calls fail after this instead of hanging with the server: reads (on the request
+    # path: its answer then comes without memory, flagged) and upserts/flushes (the flusher's).
+    timeout_s: float = 3.0
+    write_timeout_s: float = 30.0
 
 
 # URI prefixes of a Milvus server; anything else is a Milvus Lite file path. The one test of it.

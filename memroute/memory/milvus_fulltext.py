@@ -150,6 +150,7 @@ def bm25_hits(
     limit: int,
     filter_kwargs: dict[str, Any],
     output_fields: list[str],
+    timeout_s: float | None = None,
 ) -> list[Hit]:
     """BM25 search in Milvus, best first; only hits scoring above 0."""
     res = client.search(
@@ -159,6 +160,7 @@ def bm25_hits(
         limit=limit,
         output_fields=output_fields,
         search_params={"metric_type": "BM25"},
+        timeout=timeout_s,
         **filter_kwargs,
     )
     hits = [(h["entity"], h["id"], abs(float(h["distance"]))) for h in res[0]]

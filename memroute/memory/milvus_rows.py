@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from memroute.errors import InvalidRequest
+from memroute.errors import BackendUnavailable, InvalidRequest
 from memroute.namespace import SEPARATOR, validate_tenant
 from memroute.text.clip import clip_utf8, shorten_middle
 from memroute.types import Memory, TurnPair
@@ -108,3 +109,62 @@ def quiet_pymilvus(level: int = logging.CRITICAL) -> Iterator[None]:
     finally:
         for lg, lvl in zip(loggers, old):
             lg.setLevel(lvl)
+
+
+COLLECTION_NOT_LOADED = 101  # Milvus' error code for a search on a released collection
+
+
+class ReadBreaker:
+    """After a read the server did not answer, further reads fail at once for ``pause_s``
+    instead of each waiting for the timeout again: during an outage requests are answered
+    without memory in milliseconds, not seconds. Health probes (``ping``) bypass it, so the
+    store is seen answering again as soon as it does."""
+
+    def __init__(self, pause_s: float) -> None:
+        self.pause_s = pause_s
+        self._until = 0.0
+
+    def check(self) -> None:
+        left = self._until - time.monotonic()
+        if left > 0:
+            raise BackendUnavailable(f"the memory store did not answer; not asked again for "
+                                     f"{left:.1f} s", field="memory.uri")
+
+    def trip(self) -> None:
+        self._until = time.monotonic() + self.pause_s
+
+    def reset(self) -> None:
+        """The store answered (a health probe): reads go to it again now."""
+        self._until = 0.0
+
+
+def reloading(client: Any, collection: str, call: Callable[[], Any],
+              breaker: ReadBreaker | None = None) -> Any:
+    """``call()``, a read on the request path. When the collection was released (a restarted
+    Milvus server keeps its collections unloaded) it is loaded again and the call retried once,
+    instead of every search failing; a server that does not answer in time (or at all) is a
+    :class:`BackendUnavailable`, which the Router answers without memory for the whole batch at
+    once (no bisection, whose every call would wait for the timeout again)."""
+    import grpc
+    from pymilvus.exceptions import MilvusException
+
+    if breaker is not None:
+        breaker.check()
+    try:
+        try:
+            return call()
+        except MilvusException as exc:
+            if getattr(exc, "code", None) != COLLECTION_NOT_LOADED:
+                raise
+            log.warning("collection %s is not loaded (a restarted Milvus server?); loading it "
+                        "again", collection)
+            client.load_collection(collection)
+            return call()
+    except grpc.RpcError as exc:
+        unanswered = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
+        if exc.code() in unanswered:  # type: ignore[attr-defined]
+            if breaker is not None:
+                breaker.trip()
+            raise BackendUnavailable(f"the memory store does not answer ({exc.code().name})",
+                                     field="memory.uri") from exc  # type: ignore[attr-defined]
+        raise

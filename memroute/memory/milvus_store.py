@@ -23,6 +23,7 @@ from memroute.memory.milvus_rows import delete_count, tenant_scan_filter
 from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
 from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
+from memroute.memory.milvus_rows import ReadBreaker, reloading
 from memroute.memory.milvus_rows import stored_text
 from memroute.types import Memory, TurnPair, validate_user_id
 
@@ -90,6 +91,10 @@ class MilvusMemoryStore:
         self._index_type = index_type
         self._metric = metric
         self.bm25_function = bool(cfg.bm25_function)  # Milvus' own BM25 (search_bm25)
+        # Every call fails after its timeout instead of hanging with the server; writes (the
+        # flusher's: off the request path, retried) may take longer than reads.
+        self._timeout_s, self._write_timeout_s = cfg.timeout_s, cfg.write_timeout_s
+        self._breaker = ReadBreaker(pause_s=cfg.timeout_s)
         self._client = self._connect(cfg)
         self._closed = False
         try:
@@ -120,7 +125,7 @@ class MilvusMemoryStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.uri = str(path)
         try:
-            return MilvusClient(uri=self.uri, token=cfg.token)
+            return MilvusClient(uri=self.uri, token=cfg.token, timeout=cfg.timeout_s)
         except MilvusException as exc:
             hint = (
                 ""
@@ -235,7 +240,8 @@ class MilvusMemoryStore:
             rows[pair.id] = self._row(pair, vec)
         batch = list(rows.values())
         for start in range(0, len(batch), WRITE_BATCH):
-            self._client.upsert(self.collection, batch[start : start + WRITE_BATCH])
+            self._client.upsert(self.collection, batch[start : start + WRITE_BATCH],
+                                timeout=self._write_timeout_s)
         if len(batch) >= WRITE_BATCH:
             self.flush()
         return len(batch)
@@ -281,12 +287,18 @@ class MilvusMemoryStore:
     def ping(self) -> None:
         """Raise unless the store answers (a cheap call: health checks, the flusher's probe)."""
         self._check_open()
-        if not self._client.has_collection(self.collection):
+        t = self._timeout_s
+        if not self._client.has_collection(self.collection, timeout=t):
             raise RuntimeError(f"the collection {self.collection!r} is gone")
+        state = str(self._client.get_load_state(self.collection, timeout=t).get("state", ""))
+        if "NotLoad" in state:  # released by a server restart: searchable again once loaded
+            log.warning("collection %s was released (%s); loading it again", self.collection, state)
+            self._client.load_collection(self.collection)
+        self._breaker.reset()  # it answers: reads need not wait out the pause
 
     def flush(self) -> None:
         self._check_open()
-        self._client.flush(self.collection)
+        self._client.flush(self.collection, timeout=self._write_timeout_s)
 
     # ------------------------------------------------------------------ reads
     def search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple[Memory, float]]:
@@ -298,15 +310,16 @@ class MilvusMemoryStore:
                 f"limit must be an integer in 1..{MAX_SEARCH_LIMIT}", field="limit"
             )
         vec = self._check_vectors(vector, 1, field="vector")[0]
-        res = self._client.search(
+        res = self._read(lambda: self._client.search(
             self.collection,
             data=[vec.tolist()],
             anns_field="vector",
             limit=limit,
             output_fields=OUTPUT_FIELDS,
             search_params={"metric_type": self._metric, "params": self._search_params(limit)},
+            timeout=self._timeout_s,
             **self._filter_kwargs(flt),
-        )
+        ))
         hits = [(_memory(h["entity"], h["id"]), float(h["distance"])) for h in res[0]]
         hits.sort(key=lambda mh: -mh[1])  # servers return best first; make it a guarantee
         return hits
@@ -314,9 +327,10 @@ class MilvusMemoryStore:
     def search_bm25(self, user_id: str, query: str, limit: int) -> list[tuple[Memory, float]]:
         """Milvus' BM25 within ``user_id``'s rows: (memory, BM25 score > 0), best first."""
         flt = self._fulltext_request(user_id, query, limit)
-        hits = milvus_fulltext.bm25_hits(
-            self._client, self.collection, query, limit, self._filter_kwargs(flt), OUTPUT_FIELDS
-        )
+        hits = self._read(lambda: milvus_fulltext.bm25_hits(
+            self._client, self.collection, query, limit, self._filter_kwargs(flt), OUTPUT_FIELDS,
+            timeout_s=self._timeout_s,
+        ))
         return [(_memory(entity, pk), score) for entity, pk, score in hits]
 
     def hybrid_search_builtin(
@@ -362,10 +376,24 @@ class MilvusMemoryStore:
 
     def list_user(self, user_id: str) -> list[Memory]:
         """Every memory of one user, oldest session first (paged: users may exceed 16384 rows)."""
-        return sorted(
-            self.iter_user(user_id),
-            key=lambda m: (m.session_time, m.session_id, m.turn_index, m.id),
-        )
+        rows = self._read(lambda: self._user_rows(user_id))
+        return sorted(rows, key=lambda m: (m.session_time, m.session_id, m.turn_index, m.id))
+
+    def _read(self, call: Any) -> Any:
+        """A read on the request path (see milvus_rows.reloading and ReadBreaker)."""
+        return reloading(self._client, self.collection, call, self._breaker)
+
+    def _user_rows(self, user_id: str) -> list[Memory]:
+        """One plain query while the user has fewer than READ_BATCH rows (it honours the
+        timeout; pymilvus' query_iterator retries a server that does not answer for a minute),
+        the paged iterator beyond."""
+        self._check_open()
+        res = self._client.query(self.collection, output_fields=OUTPUT_FIELDS, limit=READ_BATCH,
+                                 timeout=self._timeout_s,
+                                 **self._filter_kwargs(filters.user_filter(user_id)))
+        if len(res) < READ_BATCH:
+            return [_memory(r, r["id"]) for r in res]
+        return list(self.iter_user(user_id))
 
     def iter_user(self, user_id: str, *, batch_size: int = READ_BATCH) -> Iterator[Memory]:
         """Stream one user's memories page by page (validates the id before returning)."""
@@ -383,7 +411,8 @@ class MilvusMemoryStore:
         # Lite has no mvcc timestamps and pymilvus warns about it on every iterator.
         with _quiet_pymilvus(logging.ERROR):
             it = self._client.query_iterator(
-                self.collection, batch_size=batch_size, output_fields=OUTPUT_FIELDS, **kwargs
+                self.collection, batch_size=batch_size, output_fields=OUTPUT_FIELDS,
+                timeout=self._timeout_s, **kwargs
             )
         try:
             while page := it.next():
@@ -398,7 +427,8 @@ class MilvusMemoryStore:
             kwargs: dict[str, Any] = {"filter": ""}
         else:
             kwargs = self._filter_kwargs(filters.user_filter(user_id))
-        res = self._client.query(self.collection, output_fields=["count(*)"], **kwargs)
+        res = self._read(lambda: self._client.query(
+            self.collection, output_fields=["count(*)"], timeout=self._timeout_s, **kwargs))
         return int(res[0]["count(*)"]) if res else 0
 
     def existing_ids(self, user_id: str, ids: Sequence[int]) -> set[int]:
@@ -412,7 +442,8 @@ class MilvusMemoryStore:
             chunk = wanted[start : start + READ_BATCH]
             flt = filters.ids_filter(user_id, chunk)  # validates the user and every id
             res = self._client.query(
-                self.collection, output_fields=["id"], limit=len(chunk), **self._filter_kwargs(flt)
+                self.collection, output_fields=["id"], limit=len(chunk), timeout=self._timeout_s,
+                **self._filter_kwargs(flt),
             )
             found.update(int(r["id"]) for r in res)
         return found

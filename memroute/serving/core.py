@@ -24,14 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memroute import build
 from memroute.api.handler import IDEMPOTENCY_HEADER, ApiResponse, ChatApi, PreparedChat
 from memroute.api.metrics import ApiMetrics, render
 from memroute.api.tenancy import ApiKeys
-from memroute.config.schema import ordered_cascade
+from memroute.config.schema import is_server_uri, ordered_cascade
 from memroute.config.serve import ServeConfig, check_serve_config
 from memroute.journal.idempotency import (
     Conflict,
@@ -72,7 +72,8 @@ class ServingCore:
         self.keys = ApiKeys.from_api_config(cfg.api, environ=environ)  # fails early without keys
         self.registry = CollectorRegistry()
         metrics = ApiMetrics(self.registry, tenant_labels=cfg.api.metrics_tenant_labels)
-        self.api = ChatApi(cfg.api, self.keys, metrics)
+        self.api = ChatApi(cfg.api, self.keys, metrics,
+                           tiers=[m.name for m in ordered_cascade(cfg.cascade)])
 
         mem = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, build.asset_store(cfg.assets))
         self.encoder, self.store, self.retriever = mem.encoder, mem.store, mem.retriever
@@ -84,6 +85,7 @@ class ServingCore:
         self._claims: dict[int, Started] = {}  # id(PreparedChat) -> its claim, until answered
         self._claims_lock = threading.Lock()
         self._last_store_flush = 0.0
+        self._flush_every_write = not is_server_uri(cfg.memory.uri)  # Milvus Lite: see _write_to_store
         self._flush_lock = threading.Lock()
         # on_erased: a batch written while another process erased its user is deleted again
         self.flusher = Flusher.from_config(self.journal, self._write_to_store, cfg.journal,
@@ -109,10 +111,14 @@ class ServingCore:
 
     def _write_to_store(self, pairs: Sequence[TurnPair]) -> int:
         """Embed + upsert by deterministic id (a replay re-upserts the same rows: exactly once),
-        then flush Milvus now and then: searching unflushed Milvus Lite rows is 30-100x slower."""
+        then flush. Milvus Lite: every time, before the journal lets the pairs go, because Lite
+        keeps upserts in a memtable that a failed flush drops (and the next good flush removes
+        their WAL): an acknowledged pair would be lost (~10 ms per batch, searches unchanged).
+        A server has its own WAL; it is flushed now and then (searching unflushed rows is slow)."""
         written = self.retriever.remember(pairs)
         with self._flush_lock:
-            if time.monotonic() - self._last_store_flush >= self.cfg.ingress.store_flush_interval_s:
+            since = time.monotonic() - self._last_store_flush
+            if self._flush_every_write or since >= self.cfg.ingress.store_flush_interval_s:
                 self.store.flush()
                 self._last_store_flush = time.monotonic()
         return written
@@ -124,9 +130,10 @@ class ServingCore:
 
     def prepare(
         self, body: Any, authorization: str | None, idempotency_key: str | None = None,
-        *, tenant: str | None = None,
+        *, tenant: str | None = None, headers: Mapping[str, str] | None = None,
     ) -> PreparedChat:
-        return self.api.prepare(body, authorization, idempotency_key, tenant=tenant)
+        return self.api.prepare(body, authorization, idempotency_key, tenant=tenant,
+                                headers=headers)
 
     def begin(self, prepared: PreparedChat) -> ApiResponse | None:
         """The first answer again when the request's key has one (a replay); None when there
@@ -307,10 +314,11 @@ def route_request(prepared: PreparedChat) -> RouteRequest:
     turns as history. A keyed request's turn index (so its pair id) comes from the key."""
     key = prepared.idempotency_key
     turn = stable_id(IDEMPOTENCY_HEADER, key) if key is not None else None
-    chat = prepared.chat
+    chat, controls = prepared.chat, prepared.chat.controls
     systems = [m.content for m in chat.messages if m.role == "system"]
     return RouteRequest(
         user_id=prepared.user_id, query=chat.query, turn_index=turn,
         system="\n\n".join(systems) if systems else None,
         history=tuple(m for m in chat.messages[:-1] if m.role != "system"),
+        store=controls.store, use_memory=controls.use_memory, tier=controls.tier, tau=controls.tau,
     )

@@ -33,6 +33,23 @@ def wait_healthy(url: str, timeout: float = 120.0) -> dict:
     raise AssertionError(f"the app did not become healthy at {url}: {last!r}")
 
 
+def start_local_ray(runtime_env: dict, attempts: int = 2) -> None:
+    """A loopback Ray node of this process's own; retried once when it times out during start
+    (a busy machine: processes of a node another test just killed still winding down)."""
+    import ray
+
+    for attempt in range(attempts):
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False,
+                     logging_level="WARNING", runtime_env=runtime_env)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt == attempts - 1:
+                raise
+            ray.shutdown()
+            time.sleep(5.0)
+
+
 @contextlib.contextmanager
 def deployed(cfg: Any, port: int) -> Iterator[dict[str, Any]]:
     """``cfg`` (a ServeConfig listening on ``port``) deployed and healthy; yields url, health and
@@ -49,8 +66,7 @@ def deployed(cfg: Any, port: int) -> Iterator[dict[str, Any]]:
         # "local": a node of its own, never another session's cluster found on this machine
         from serve.loopback import runtime_env
 
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
-                 runtime_env=runtime_env())
+        start_local_ray(runtime_env())
     ray_up = time.perf_counter()
     url = f"http://127.0.0.1:{port}"
     try:

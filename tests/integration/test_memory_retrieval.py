@@ -190,11 +190,14 @@ def test_new_memory_is_searchable_by_bm25_right_after_remember(retriever):
     assert len(hits) == 1 and "kumquat" in hits[0].memory.text
 
 
-def test_oversized_text_is_refused_naming_the_field(store, encoder):
-    long = TurnPair(ALICE, "s-long", 0, "word " * 2000, "ok", T0)
-    with pytest.raises(InvalidRequest) as err:
-        store.upsert([long], encoder.encode(["x"]))
-    assert err.value.field == "text"
+def test_oversized_text_is_stored_shortened_and_bad_vectors_refused(store, encoder):
+    from memroute.memory.milvus_store import MAX_TEXT
+
+    long = TurnPair(ALICE, "s-long", 0, "word " * 2000, "ok", T0)  # 10,000+ bytes
+    assert store.upsert([long], encoder.encode(["x"])) == 1  # not refused after its answer
+    store.flush()
+    [row] = [m for m in store.list_user(ALICE) if m.id == long.id]
+    assert len(row.text.encode()) <= MAX_TEXT and row.text.endswith(" / A: ok")
     with pytest.raises(InvalidRequest) as err:
         store.upsert([ALICE_PAIRS[0]], np.zeros((1, 100), dtype=np.float32))
     assert err.value.field == "vectors"
