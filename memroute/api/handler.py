@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memroute.api.controls import tier_model_names
 from memroute.api.metrics import ApiMetrics
 from memroute.api.ratelimit import TenantLimiter, retry_after_headers
 from memroute.api.responses import (
@@ -115,9 +116,11 @@ class ChatApi:
         *,
         clock: Callable[[], float] = time.time,
         limiter: TenantLimiter | None = None,
+        tiers: Sequence[str] = (),
     ) -> None:
         self.cfg = cfg
         self.keys = keys
+        self.tiers = list(tiers)  # the cascade's tier names: pinned as memroute/<name>
         self.metrics = metrics
         self.clock = clock
         # Per-tenant request and token rates (api.rate_limits); None when nothing is limited.
@@ -133,13 +136,15 @@ class ChatApi:
 
     def prepare(
         self, body: Any, authorization: str | None, idempotency_key: str | None = None,
-        *, tenant: str | None = None,
+        *, tenant: str | None = None, headers: Mapping[str, str] | None = None,
     ) -> PreparedChat:
-        """``tenant``: given when :meth:`admit` already ran for this request (not counted twice)."""
+        """``tenant``: given when :meth:`admit` already ran for this request (not counted twice);
+        ``headers``: the request's, for the ``x-memroute-*`` controls."""
         tenant = tenant if tenant is not None else self.admit(authorization)
         key = check_idempotency_key(idempotency_key)
         chat = parse_chat_request(
-            body, limits=self.cfg.limits, default_user=self.cfg.default_user, models=self.cfg.models
+            body, limits=self.cfg.limits, default_user=self.cfg.default_user, models=self.cfg.models,
+            tiers=self.tiers, headers=headers, tau_range=tuple(self.cfg.tau_range),  # type: ignore[arg-type]
         )
         digest = body_hash(body) if key is not None else None
         return PreparedChat(tenant, chat, namespace(tenant, chat.user), key, digest)
@@ -199,4 +204,5 @@ class ChatApi:
             self.keys.authenticate(authorization)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error response
             return self.error(exc)
-        return ApiResponse(200, JSON, body=models_list(list(self.cfg.models)))
+        return ApiResponse(200, JSON, body=models_list([*self.cfg.models,
+                                                         *tier_model_names(self.tiers)]))

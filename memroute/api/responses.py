@@ -100,7 +100,7 @@ def chat_completion(
             }
         ],
         "usage": usage(result),
-        "memroute": memroute_report(result),
+        "memroute": {**memroute_report(result), "controls": request.controls.echo()},
     }
 
 
@@ -158,7 +158,8 @@ def stream_chunks(
     }
     events = [chunk({"role": "assistant", "content": ""}, None)]
     events += [chunk({"content": piece}, None) for piece in split_for_stream(result.answer)]
-    events.append(chunk({}, finish, memroute=memroute_report(result)))
+    events.append(chunk({}, finish, memroute={**memroute_report(result),
+                                              "controls": request.controls.echo()}))
     if request.include_usage:
         events.append({**head, "choices": [], "usage": usage(result)})
     return [sse(e) for e in events] + ["data: [DONE]\n\n"]

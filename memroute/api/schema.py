@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memroute.api.controls import Controls, parse_controls, tier_model_names
 from memroute.config.api import ApiLimits
 from memroute.errors import InvalidRequest, NotFound, PayloadTooLarge
 from memroute.types import Message
@@ -38,6 +39,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False  # stream_options.include_usage: a final usage-only chunk
     input_chars: int = 0
+    controls: Controls = Controls()  # the request's `memroute` object / x-memroute-* headers
 
     @property
     def query(self) -> str:
@@ -59,13 +61,21 @@ def parse_chat_request(
     limits: ApiLimits,
     default_user: str = "default",
     models: Collection[str] | None = None,
+    tiers: Sequence[str] = (),
+    headers: Mapping[str, str] | None = None,
+    tau_range: tuple[float, float] = (0.0, 1.0),
 ) -> ChatRequest:
-    """Validate a decoded JSON body. ``models``: the served names (None accepts any name)."""
+    """Validate a decoded JSON body. ``models``: the served names (None accepts any name);
+    ``tiers``: the cascade's tier names, pinned by ``memroute/<tier>`` or the ``memroute`` object
+    (:mod:`memroute.api.controls`, which also reads ``headers``)."""
     if not isinstance(body, dict):
         raise InvalidRequest(
             f"the request body must be a JSON object, got {_json_type(body)}", field="body"
         )
-    model = _model(body, models)
+    pins = dict(zip(tier_model_names(tiers), range(len(tiers))))
+    model = _model(body, None if models is None else [*models, *pins])
+    controls = parse_controls(body, headers, tiers=tiers, tau_range=tau_range,
+                              model_tier=pins.get(model))
     _check_n(body)
     messages, input_chars = _messages(body, limits)
     user, user_given = _user(body, limits, default_user)
@@ -79,6 +89,7 @@ def parse_chat_request(
         stream=_optional_bool(body, "stream"),
         include_usage=_include_usage(body),
         input_chars=input_chars,
+        controls=controls,
     )
 
 

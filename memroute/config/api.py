@@ -76,6 +76,8 @@ class ApiConfig:
     # replaces the default as a whole: a field it leaves unset is unlimited for that tenant.
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     tenant_rate_limits: dict[str, RateLimitConfig] = field(default_factory=dict)
+    # The `tau` a request may set for itself (memroute.tau), [low, high].
+    tau_range: list[float] = field(default_factory=lambda: [0.0, 1.0])
 
 
 METRICS_TENANT_LABELS = ("plain", "hashed", "off")
@@ -104,6 +106,11 @@ def check_api_config(cfg: ApiConfig, *, prefix: str = "api") -> ApiConfig:
             f"got {cfg.metrics_tenant_labels!r}",
             field=f"{prefix}.metrics_tenant_labels",
         )
+    tr = cfg.tau_range
+    if (len(tr) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in tr)
+            or not 0.0 <= tr[0] <= tr[1] <= 1.0):
+        raise ConfigError(f"{prefix}.tau_range must be [low, high] with 0 <= low <= high <= 1, "
+                          f"got {tr!r}", field=f"{prefix}.tau_range")
     check_rate_limits(cfg.rate_limits, prefix=f"{prefix}.rate_limits")
     for tenant, limits in cfg.tenant_rate_limits.items():
         try:

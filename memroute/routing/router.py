@@ -73,6 +73,12 @@ class RouteRequest:
     turn_index: int | None = None
     system: str | None = None  # the client's system prompt; None: the router's own
     history: tuple[Message, ...] = ()  # the client's earlier turns, oldest first
+    # Per-request controls (memroute.api.controls): remember this turn, read memory, pin a
+    # tier (None: the cascade), this request's tau (None: the router's).
+    store: bool = True
+    use_memory: bool = True
+    tier: int | None = None
+    tau: float | None = None
 
 
 @dataclass
@@ -86,6 +92,7 @@ class _Pending:
     tier_errors: list[str] = field(default_factory=list)  # each failed tier's error, for logs
     tier_reasons: list[str] = field(default_factory=list)  # "tier 1 (model) down", for clients
     rejected: tuple[int, str, _Prompt, ModelReply] | None = None  # latest below-tau answer
+    pinned: bool = False  # the request named its tier: answered there, not escalated
 
 
 @dataclass
@@ -181,16 +188,20 @@ class Router:
         hits = steps.batch(lambda ix: self._retrieve([requests[i] for i in ix]), live)
         degraded = _degrade_unreadable_memory(live, hits) if steps.isolate else set()
         live, hits = keep(live, hits, out, _identity)
-        pending = [_Pending(i, h, memory_degraded=i in degraded) for i, h in zip(live, hits)]
+        pending = [_Pending(i, h, memory_degraded=i in degraded, pinned=requests[i].tier is not None)
+                   for i, h in zip(live, hits)]
         for t, tier in enumerate(self.tiers):
             if not pending:
                 break
             last = t == len(self.tiers) - 1
-            pending = self._run_tier(t, tier, last, requests, pending, out, steps)
+            # A pinned member is answered by its tier alone, whatever its confidence.
+            here = [p for p in pending if requests[p.index].tier in (None, t)]
+            later = [p for p in pending if requests[p.index].tier not in (None, t)]
+            pending = later + self._run_tier(t, tier, last, requests, here, out, steps)
         assert all(r is not None for r in out)
         done = {i: r for i, r in enumerate(out) if isinstance(r, RouteResult)}
         if self.cfg.store_answers and self.retriever is not None:
-            answered = list(done)
+            answered = [i for i in done if requests[i].store]
             pairs = steps.each(lambda i: self._turn_pair(requests[i], done[i]), answered)
             answered, pairs = keep(answered, pairs, out, _identity)
             by_index = dict(zip(answered, pairs))  # built once: a retried write has the same ids
@@ -202,16 +213,27 @@ class Router:
         validate_user_id(req.user_id)
         if not isinstance(req.query, str) or not req.query.strip():
             raise InvalidRequest(f"request {i}: the query is empty", field="query")
+        if req.tier is not None and not 0 <= req.tier < len(self.tiers):
+            raise InvalidRequest(f"request {i}: tier {req.tier} is not one of 0..{len(self.tiers) - 1}",
+                                 field="tier")
 
     def _retrieve(self, requests: Sequence[RouteRequest]) -> list[list[RetrievalHit]]:
+        out: list[list[RetrievalHit]] = [[] for _ in requests]
         if not self.cfg.use_memory or self.retriever is None:
-            return [[] for _ in requests]
+            return out
+        wanted = [k for k, r in enumerate(requests) if r.use_memory]
+        if not wanted:
+            return out
         # A question longer than retrieval takes is searched by its start (the embedder reads
         # only its first 256 tokens anyway); the model still gets all of it.
-        return self.retriever.retrieve_many(
-            [r.user_id for r in requests], [clip_utf8(r.query, MAX_QUERY_BYTES) for r in requests],
+        hits = self.retriever.retrieve_many(
+            [requests[k].user_id for k in wanted],
+            [clip_utf8(requests[k].query, MAX_QUERY_BYTES) for k in wanted],
             top_k=self.retrieval.top_k,
         )
+        for k, h in zip(wanted, hits, strict=True):
+            out[k] = h
+        return out
 
     def _remember(self, pairs: Sequence[TurnPair]) -> list[None]:
         assert self.retriever is not None
@@ -280,7 +302,9 @@ class Router:
             members, replies = self._skip_failed_tier(t, tier, last, members, replies, out, still)
         members, replies = keep(members, replies, out, _member_index)
         judged = steps.each(
-            lambda mr: self._judge(t, tier, last, *mr[0], mr[1]), list(zip(members, replies))
+            lambda mr: self._judge(t, tier, last or requests[mr[0][0].index].tier == t,
+                                   requests[mr[0][0].index].tau, *mr[0], mr[1]),
+            list(zip(members, replies)),
         )
         members, results = keep(members, judged, out, _member_index)
         for (p, _), result in zip(members, results):
@@ -346,19 +370,20 @@ class Router:
             answered_tier=t,
             answered_model=model_id,
             confidences=list(p.confidences),
-            escalated=t > 0,
+            escalated=t > 0 and not p.pinned,
             memories=prompt.memories,
             memory_degraded=p.memory_degraded,
             tiers_skipped=list(p.skipped),
         )
 
     def _judge(
-        self, t: int, tier: Tier, last: bool, p: _Pending, prompt: _Prompt, reply: ModelReply
+        self, t: int, tier: Tier, last: bool, tau: float | None, p: _Pending, prompt: _Prompt,
+        reply: ModelReply,
     ) -> RouteResult | None:
         """Record the call on ``p``; its result when accepted, None to escalate."""
         backend = tier.backend
         c = self.confidence_fn(reply, self.cfg.l_min)
-        accepted = last or c >= self.cfg.tau
+        accepted = last or c >= (self.cfg.tau if tau is None else tau)
         p.confidences.append(c)
         p.calls.append(
             CallRecord(

@@ -275,3 +275,23 @@ def test_a_user_is_forgotten_everywhere_and_only_that_user(app):
     audit = httpx.get(f"{url}/admin/erasures", headers=auth(ADMIN), timeout=TIMEOUT).json()["data"]
     assert audit[0]["actor"] == "tenant:acme" and "QX-9911" not in json.dumps(audit)
     assert httpx.get(f"{url}/admin/erasures", headers=auth(), timeout=TIMEOUT).status_code == 403
+
+
+def test_per_request_controls_and_tier_models_through_the_openai_client(app):
+    url = app["url"]
+    c = client(url)
+    assert [m.id for m in c.models.list().data] == ["memroute", "memroute/mock-small",
+                                                     "memroute/mock-large"]
+    r = c.chat.completions.create(model="memroute/mock-large", user="pin-user",
+                                  messages=[{"role": "user", "content": "What is 2 + 2?"}],
+                                  extra_body={"memroute": {"store": False}})
+    m = report(r)
+    assert (m["tier"], m["controls"]["store"], m["controls"]["tier"]) == (1, False, 1)
+    raw = httpx.post(f"{url}/v1/chat/completions", headers={**auth(), "x-memroute-tau": "1.5"},
+                     json={"model": "memroute", "messages": [{"role": "user", "content": "hi"}]},
+                     timeout=TIMEOUT)
+    assert raw.status_code == 400 and error_of(raw)["param"] == "x-memroute-tau"
+    assert httpx.post(f"{url}/admin/drain", headers=auth(ADMIN), timeout=TIMEOUT).json()["drained"]
+    body = httpx.get(f"{url}/admin/memories", params={"tenant": "acme", "user": "pin-user"},
+                     headers=auth(ADMIN), timeout=TIMEOUT).json()
+    assert body["count"] + body["pending"] == 0  # store: false
