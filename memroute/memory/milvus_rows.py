@@ -17,6 +17,31 @@ from memroute.types import Memory, TurnPair
 
 log = logging.getLogger(__name__)
 
+# VARCHAR limits of the schema (bytes of UTF-8; Milvus servers count bytes).
+MAX_TEXT = 8192
+MAX_USER_ID = 128
+MAX_SESSION_ID = 256
+MAX_SOURCE_MODEL = 256
+
+
+def turn_pair_schema(dim: int, text_params: dict[str, Any]) -> Any:
+    """The collection's fields: one row per turn-pair, partitioned by (namespaced) user."""
+    from pymilvus import DataType, MilvusClient
+
+    schema = MilvusClient.create_schema(
+        auto_id=False, enable_dynamic_field=False, partition_key_field="user_id"
+    )
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("user_id", DataType.VARCHAR, max_length=MAX_USER_ID, is_partition_key=True)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT, **text_params)
+    schema.add_field("session_id", DataType.VARCHAR, max_length=MAX_SESSION_ID)
+    schema.add_field("turn_index", DataType.INT64)
+    schema.add_field("session_time", DataType.INT64)
+    schema.add_field("source_model", DataType.VARCHAR, max_length=MAX_SOURCE_MODEL)
+    schema.add_field("created_at", DataType.DOUBLE)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    return schema
+
 
 def memory_from_row(row: dict[str, Any], pk: Any) -> Memory:
     return Memory(

@@ -23,17 +23,13 @@ from memroute.memory.milvus_rows import delete_count, tenant_scan_filter
 from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
 from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
-from memroute.memory.milvus_rows import ReadBreaker, reloading
+from memroute.memory.milvus_rows import MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT  # noqa: F401 - re-exported
+from memroute.memory.milvus_rows import ReadBreaker, reloading, turn_pair_schema
 from memroute.memory.milvus_rows import stored_text
 from memroute.types import Memory, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
 
-# VARCHAR limits of the schema (bytes of UTF-8; Milvus servers count bytes).
-MAX_TEXT = 8192
-MAX_USER_ID = 128
-MAX_SESSION_ID = 256
-MAX_SOURCE_MODEL = 256
 
 WRITE_BATCH = 1000  # rows per upsert request
 READ_BATCH = 1000  # rows per query-iterator page
@@ -138,26 +134,11 @@ class MilvusMemoryStore:
             ) from exc
 
     def _create_collection(self) -> None:
-        from pymilvus import DataType, MilvusClient
         from pymilvus.exceptions import MilvusException
 
         if self.bm25_function:
             milvus_fulltext.check_server_version(self._client.get_server_version())
-        schema = MilvusClient.create_schema(
-            auto_id=False, enable_dynamic_field=False, partition_key_field="user_id"
-        )
-        schema.add_field("id", DataType.INT64, is_primary=True)
-        schema.add_field("user_id", DataType.VARCHAR, max_length=MAX_USER_ID, is_partition_key=True)
-        schema.add_field(
-            "text", DataType.VARCHAR, max_length=MAX_TEXT,
-            **milvus_fulltext.text_field_params(self.bm25_function),
-        )
-        schema.add_field("session_id", DataType.VARCHAR, max_length=MAX_SESSION_ID)
-        schema.add_field("turn_index", DataType.INT64)
-        schema.add_field("session_time", DataType.INT64)
-        schema.add_field("source_model", DataType.VARCHAR, max_length=MAX_SOURCE_MODEL)
-        schema.add_field("created_at", DataType.DOUBLE)
-        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+        schema = turn_pair_schema(self.dim, milvus_fulltext.text_field_params(self.bm25_function))
         index = self._client.prepare_index_params()
         index.add_index(
             field_name="vector",
