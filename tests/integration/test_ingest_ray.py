@@ -40,7 +40,10 @@ def ray_local():
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+        from serve.loopback import runtime_env  # later modules may deploy Serve on this node
+
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+                 runtime_env=runtime_env())
     yield ray
     if started:
         ray.shutdown()
@@ -209,11 +212,12 @@ def test_server_uri_writer_actor_pool_isolates_a_refused_row(ray_local, tmp_path
     cfg.write.concurrency, cfg.write.batch_size = 2, 16
     assert write_mode(cfg) == "actors"
     pairs = dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir))
-    # One pair too long for the store's text field: refused and counted, its batch still lands.
-    huge = replace(pairs[0], session_id="huge", user_text="x" * 9000)
+    # One pair the store cannot hold (a turn index past INT64): refused and counted, its batch
+    # still lands. (Text too long for its column is stored shortened, not refused.)
+    huge = replace(pairs[0], session_id="huge", turn_index=2**63)
     summary = ingest_pairs([*pairs, huge], cfg)
     assert (summary.read, summary.written, summary.errors) == (len(pairs) + 1, len(pairs), 1)
-    assert "huge#0" in summary.error_messages[0] and "text" in summary.error_messages[0]
+    assert "huge#" in summary.error_messages[0] and "turn_index" in summary.error_messages[0]
     with MilvusMemoryStore(cfg.memory, 384) as store:
         assert store.count() == len(pairs)
         assert store.existing_ids(pairs[0].user_id, [pairs[0].id]) == {pairs[0].id}

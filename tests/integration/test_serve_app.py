@@ -399,7 +399,9 @@ def test_streaming_returns_the_same_text_and_report(app_url):
 def test_models_health_and_metrics(app_url):
     from prometheus_client.parser import text_string_to_metric_families
 
-    assert [m.id for m in client(app_url).models.list()] == ["memroute"]
+    # the cascade, then each tier by name (a client pins one with model="memroute/<tier>")
+    assert [m.id for m in client(app_url).models.list()] == [
+        "memroute", *(f"memroute/{t}" for t in TIER_MODELS)]
     r = httpx.get(f"{app_url}/v1/models", timeout=TIMEOUT)
     assert r.status_code == 401 and r.json()["error"]["param"] == "authorization"
 

@@ -18,9 +18,9 @@ KZ-00042.") for users of two tenants; a 200 is an acknowledgement. Faults inject
 - **store unwritable** (``test_store_unwritable``, the conftest's in-process app): the Milvus Lite
   data directory made immutable with ``chattr -R +i`` (root ignores chmod; +i is what a read-only
   remount looks like: EPERM on every write, reads still work), then ``chattr -R -i``.
-- **a store flush failing on that fault** (``test_failed_store_flush_keeps_pairs``): a pair the
-  flusher wrote but Milvus Lite had not flushed to segments yet, then the directory unwritable
-  and one store flush (/admin/drain) failing.
+- **a store flush failing on that fault** (``test_failed_store_flush_keeps_pairs``): no pair the
+  journal released may sit in Milvus Lite's memtable (a failed flush drops it), and pairs
+  acknowledged while every flush fails stay pending until the store is writable again.
 
 Milvus Lite 3.2 (the file URI) is pure Python threads inside the router replica: there is no
 server subprocess to stop or kill there, hence the ``milvus-lite server`` process for those two.
