@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
 from memroute.errors import InvalidRequest
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 # User ids become Milvus partition-key values and filter parameters; keep them boring.
 USER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -44,9 +45,24 @@ def stable_id(*parts: object) -> int:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A function call a model made (OpenAI's ``tool_calls[i]``); ``arguments`` is JSON text,
+    as OpenAI sends it (a model may emit invalid JSON: the client decides what to do)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class Message:
+    """One chat message. ``tool_calls``: an assistant turn that called functions (its content
+    may be empty); ``tool_call_id``: a ``tool`` message answering one of those calls."""
+
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +137,12 @@ class ModelReply:
     # log p of the best token other than the chosen one, per position (top-2 margin confidence)
     alt_logprobs: list[float] | None = None
     latency_s: float = 0.0
-    finish_reason: str = "stop"
+    finish_reason: str = "stop"  # "stop", "length", or "tool_calls" when tool_calls is set
+    tool_calls: list[ToolCall] = field(default_factory=list)  # parsed from the text, if tools
+    # Per generated token, only when GenerationOptions.top_logprobs asked for them (for the
+    # client's `logprobs`): its text, and the engine's top alternatives as (text, logprob).
+    token_texts: list[str] | None = None
+    top_logprobs: list[list[tuple[str, float]]] | None = None
 
 
 @dataclass
@@ -161,6 +182,18 @@ class RouteResult:
     answer: str
     decision: RouteDecision
     calls: list[CallRecord]
+    reply: ModelReply | None = None  # the answering call's reply (tool calls, token log-probs)
+    messages: list[Message] = field(default_factory=list)  # the prompt that answered
+    decoding: dict[str, object] = field(default_factory=dict)  # the answering call's settings
+    # A streamed answer (RouteRequest.stream at the tier that answers for sure): its text
+    # pieces as the tier generates them. Until it is consumed, ``answer``, ``reply``, ``calls``
+    # and ``decision`` hold what was known before that tier; consuming it completes them (and
+    # journals the turn-pair) before it ends.
+    stream: Iterator[str] | None = None
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return list(self.reply.tool_calls) if self.reply is not None else []
 
     @property
     def eff_cost(self) -> float:

@@ -17,7 +17,6 @@ from memroute.config.serve import ServeConfig, check_serve_config, served_tiers,
 from serve.ingress import RouterIngress
 from serve.tier import TierDeployment
 
-
 _LOGGING = {"enable_access_log": False, "log_level": "WARNING"}  # no per-request log lines
 
 

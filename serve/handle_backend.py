@@ -3,10 +3,11 @@ so the Router in the ingress is the Router of the benchmarks, unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from memroute.errors import BackendUnavailable, MemrouteError
+from memroute.llm.options import GenerationOptions
 from memroute.types import Message, ModelReply
 from serve.tier import GenerateCall
 
@@ -45,29 +46,63 @@ class HandleBackend:
     def generate(
         self, messages: Sequence[Message], *, max_tokens: int = 32,
         stop: Sequence[str] | None = None, temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> ModelReply:
-        return self.generate_many([messages], max_tokens=max_tokens, stop=stop, temperature=temperature)[0]
+        return self.generate_many([messages], max_tokens=max_tokens, stop=stop,
+                                  temperature=temperature, options=options)[0]
 
     def generate_many(
         self, batch: Sequence[Sequence[Message]], *, max_tokens: int = 32,
         stop: Sequence[str] | None = None, temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> list[ModelReply]:
         if not batch:
             return []
         call = GenerateCall(
             prompts=tuple(tuple(m) for m in batch), max_tokens=max_tokens, temperature=temperature,
-            stop=tuple(stop) if stop else None,
+            stop=tuple(stop) if stop else None, options=options,
         )
         try:
             return self.handle.generate.remote(call).result(timeout_s=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - translated, never swallowed
+        except Exception as exc:
             raise tier_error(exc, self.model_id) from exc
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
+    def stream(
+        self, messages: Sequence[Message], *, max_tokens: int = 32,
+        stop: Sequence[str] | None = None, temperature: float = 0.0,
+        options: GenerationOptions | None = None,
+    ) -> Iterator[str | ModelReply]:
+        """The tier's ``generate_stream`` through a streaming handle, iterated synchronously:
+        text deltas, then the final :class:`ModelReply`. Errors are translated as
+        :func:`tier_error` does for ``generate``; ``timeout_s`` does not apply (a stream has no
+        single result to wait for)."""
+        call = GenerateCall(
+            prompts=(tuple(messages),), max_tokens=max_tokens, temperature=temperature,
+            stop=tuple(stop) if stop else None, options=options,
+        )
+        responses: Any = None
+        finished = False
+        try:
+            responses = self.handle.options(stream=True).generate_stream.remote(call)
+            yield from responses
+            finished = True
+        except Exception as exc:
+            raise tier_error(exc, self.model_id) from exc
+        finally:
+            cancel = getattr(responses, "cancel", None)
+            if not finished and callable(cancel):  # the caller stopped early, or it failed
+                cancel()
+
+    def count_tokens(
+        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
+    ) -> int:
         if self._tokenizer is not None:
             from memroute.llm.chat import chat_prompt_ids
 
-            return len(chat_prompt_ids(self._tokenizer, messages))
+            return len(chat_prompt_ids(self._tokenizer, messages, tools, tool_choice))
+        if tools:
+            return self.handle.count_tokens.remote(list(messages), [dict(t) for t in tools]).result()
         return self.handle.count_tokens.remote(list(messages)).result()
 
     def count_text_tokens(self, text: str) -> int:

@@ -11,23 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ray import serve
 
 from memroute.config.schema import AssetsConfig, ModelConfig
+from memroute.llm.options import GenerationOptions
 from memroute.types import Message, ModelReply
 
 
 @dataclass(frozen=True)
 class GenerateCall:
-    """One caller's batch of prompts and its decoding settings."""
+    """One caller's batch of prompts and its decoding settings (``options``: the client's
+    sampling / log-prob / tool options, None for the engine's defaults)."""
 
     prompts: tuple[tuple[Message, ...], ...]
     max_tokens: int = 32
     temperature: float = 0.0
     stop: tuple[str, ...] | None = None
+    options: GenerationOptions | None = None
+
+    def group_key(self) -> tuple[object, ...]:
+        """Calls with equal keys can share one engine batch."""
+        return (self.max_tokens, self.temperature, self.stop,
+                self.options.key() if self.options is not None else None)
+
+
+_END = object()
 
 
 @serve.deployment
@@ -51,18 +63,71 @@ class TierDeployment:
     async def generate_batch(self, calls: list[GenerateCall]) -> list[list[ModelReply]]:
         return await asyncio.to_thread(self._run, calls)
 
+    async def generate_stream(self, call: GenerateCall) -> AsyncIterator[str | ModelReply]:
+        """The back end's stream for the call's one prompt: text deltas, then the reply.
+
+        The back end's iterator runs in a worker thread holding the engine lock (no batch runs
+        beside it); items cross to this event loop through a queue. A caller that goes away
+        closes the iterator (the engine stops at its next step).
+        """
+        if len(call.prompts) != 1:
+            from memroute.errors import InvalidRequest
+
+            raise InvalidRequest(f"a stream has one prompt, got {len(call.prompts)}",
+                                 field="messages")
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def work() -> None:
+            try:
+                with self._engine_lock:
+                    it = self.backend.stream(
+                        list(call.prompts[0]), max_tokens=call.max_tokens,
+                        temperature=call.temperature, stop=call.stop, options=call.options,
+                    )
+                    try:
+                        for item in it:
+                            loop.call_soon_threadsafe(items.put_nowait, ("item", item))
+                            if cancelled.is_set():
+                                break
+                    finally:
+                        close = getattr(it, "close", None)
+                        if close is not None:
+                            close()
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop
+                loop.call_soon_threadsafe(items.put_nowait, ("error", exc))
+            finally:
+                loop.call_soon_threadsafe(items.put_nowait, ("end", _END))
+
+        worker = loop.run_in_executor(None, work)
+        try:
+            while True:
+                kind, item = await items.get()
+                if kind == "end":
+                    break
+                if kind == "error":
+                    raise item
+                yield item
+        finally:
+            cancelled.set()
+            await asyncio.shield(worker)
+
     def _run(self, calls: Sequence[GenerateCall]) -> list[list[ModelReply]]:
         """Calls with the same decoding settings share one engine batch; replies go back in order."""
         out: list[list[ModelReply]] = [[] for _ in calls]
         groups: dict[tuple[object, ...], list[int]] = {}
         for i, c in enumerate(calls):
-            groups.setdefault((c.max_tokens, c.temperature, c.stop), []).append(i)
-        for (max_tokens, temperature, stop), members in groups.items():
+            groups.setdefault(c.group_key(), []).append(i)
+        for members in groups.values():
+            first = calls[members[0]]
             prompts = [list(p) for i in members for p in calls[i].prompts]
+            kwargs: dict[str, Any] = {"max_tokens": first.max_tokens,
+                                      "temperature": first.temperature, "stop": first.stop}
+            if first.options is not None:  # back ends without options keep working
+                kwargs["options"] = first.options
             with self._engine_lock:
-                replies = self.backend.generate_many(
-                    prompts, max_tokens=max_tokens, temperature=temperature, stop=stop
-                )
+                replies = self.backend.generate_many(prompts, **kwargs)
             pos = 0
             for i in members:
                 n = len(calls[i].prompts)
@@ -70,7 +135,11 @@ class TierDeployment:
                 pos += n
         return out
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
+    def count_tokens(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        if tools:
+            return self.backend.count_tokens(messages, tools=tools)
         return self.backend.count_tokens(messages)
 
     def count_text_tokens(self, text: str) -> int:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+from memroute.llm.options import GenerationOptions
 from memroute.types import Message, ModelReply
 
 
@@ -14,7 +15,12 @@ class Backend(Protocol):
     Decoding is greedy when ``temperature == 0`` so runs are reproducible.
     ``count_tokens`` renders ``messages`` with the model's own chat template
     (generation prompt included) and counts them with the model's own tokenizer,
-    so it equals ``ModelReply.prompt_tokens`` for the same messages.
+    so it equals ``ModelReply.prompt_tokens`` for the same messages (and the same ``tools``:
+    offered tools are part of the prompt).
+
+    ``options`` (:mod:`memroute.llm.options`): top_p, seed, penalties, token log-probs for the
+    client, tools. With tools offered, a reply that calls them has ``tool_calls`` set and
+    ``finish_reason == "tool_calls"``; its log-probs cover the call's tokens.
     """
 
     model_id: str
@@ -26,6 +32,7 @@ class Backend(Protocol):
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> ModelReply: ...
 
     def generate_many(
@@ -35,9 +42,13 @@ class Backend(Protocol):
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> list[ModelReply]: ...
 
-    def count_tokens(self, messages: Sequence[Message]) -> int: ...
+    def count_tokens(
+        self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
+    ) -> int: ...
 
     def count_text_tokens(self, text: str) -> int: ...
 

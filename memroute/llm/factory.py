@@ -110,7 +110,8 @@ def _build_openai_http(cfg: ModelConfig, assets: AssetStore | None) -> Backend:
     )
 
 
-MOCK_OPTIONS = ("answer", "memory_answer", "logprob", "margin", "rules", "latency_s", "down_when_exists")
+MOCK_OPTIONS = ("answer", "memory_answer", "logprob", "margin", "rules", "latency_s", "down_when_exists",
+                "tool_answer", "token_latency_s")
 
 
 @ENGINES.register("mock")

@@ -9,23 +9,58 @@ Ray Serve LLM's mock engine does). Replies follow the conventions of :mod:`memro
 Token counts come from a Hugging Face tokenizer folder (rendered with its chat template, like
 the real engines) or, without one, from :class:`SimpleTokenizer`, which the Serve ingress can
 load too (``serve/tokenizers.py``) so its local counts are the engine's.
+
+:class:`~memroute.llm.options.GenerationOptions`: sampling settings (``top_p``, ``seed``, the
+penalties, temperature) are accepted and ignored, every reply is the deterministic one; the last
+options a call got are kept in ``last_options`` so tests can see they arrived. ``logprobs``
+fills ``token_texts`` (the tokenizer's pieces) and ``top_logprobs`` (the chosen piece, then
+synthetic alternatives ``<alt1>``, ``<alt2>``... at ``logprob - margin``, ``- margin - 1``...).
+
+Tools (deterministic): with tools on and a last message that is not a ``tool`` message, the
+mock calls the function ``tool_choice`` names, else the first offered one, with arguments built
+from the function's JSON-schema ``required`` properties (strings get the last user message's
+text, numbers and integers 1, booleans true, arrays [], objects {}). The call is generated as
+hermes text (``<tool_call>{...}</tool_call>``) and parsed like any engine's output, so tokens,
+log-probs, ``max_tokens`` and stop strings apply to it as to an answer. When the last message is
+a ``tool`` message the mock answers with ``tool_answer`` (default ``"{tool_result}"``: the tool
+message's content), so a two-step tool loop completes.
+
+Streaming (:meth:`MockBackend.stream`) yields the answer piece by piece, sleeping
+``token_latency_s`` between pieces; ``generate`` costs the same simulated time (the longest
+reply of the batch times ``token_latency_s``, plus ``latency_s`` per engine call).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from memroute.errors import BackendUnavailable, ConfigError, InvalidRequest
-from memroute.llm.chat import chat_prompt_ids, cut_at_stop, text_token_count, to_chat_dicts
+from memroute.llm.chat import (
+    StreamText,
+    apply_tool_calls,
+    chat_prompt_ids,
+    cut_at_stop,
+    options_tools,
+    render_tool_call,
+    template_inputs,
+    text_token_count,
+    to_chat_dicts,
+)
+from memroute.llm.options import GenerationOptions
+from memroute.llm.tool_calls import tool_names
 from memroute.types import Message, ModelReply
 
 DEFAULT_ANSWER = "I do not know."
 DEFAULT_MEMORY_ANSWER = "{memory_a}"  # echo what was answered in the most recent memory
+DEFAULT_TOOL_ANSWER = "{tool_result}"  # after a tool call: echo the tool's result
+TEMPLATE_FIELDS = ("query", "memory", "memory_q", "memory_a", "tool_result")
 _RULE_KEYS = ("match", "memories", "logprob", "margin", "answer")
 _PIECE = re.compile(r"\s*(?:\w+|[^\w\s])")  # a word or one punctuation mark, with leading space
 # An injected memory: "- " + TurnPair.text(), i.e. "- [8 May 2023] Q: ... / A: ...".
@@ -38,8 +73,12 @@ class SimpleTokenizer:
 
     Implements just what :mod:`memroute.llm.chat` calls (``apply_chat_template``, ``encode``,
     ``decode``), so engine and ingress count through the same functions. Ids are stable hashes;
-    ``decode`` knows the pieces this instance has encoded.
+    ``decode`` knows the pieces this instance has encoded. It has no tool-aware template
+    (``chat_template`` is None): tools and tool messages get :mod:`memroute.llm.chat`'s
+    fallback rendering, also when passed straight to :meth:`apply_chat_template`.
     """
+
+    chat_template = None
 
     def __init__(self) -> None:
         self._pieces: dict[int, str] = {}
@@ -53,11 +92,14 @@ class SimpleTokenizer:
 
     def apply_chat_template(
         self,
-        conversation: Sequence[Mapping[str, str]],
+        conversation: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = False,
         tokenize: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
         **_: Any,
     ) -> list[int] | str:
+        if tools or any(m.get("role") == "tool" or m.get("tool_calls") for m in conversation):
+            conversation, _tools = template_inputs(self, conversation, tools or ())
         text = self.render(conversation, add_generation_prompt)
         return self.encode(text) if tokenize else text
 
@@ -79,7 +121,8 @@ class Rule:
 
     ``logprob``: one value, or a list cycled over the tokens (so min-token and mean differ);
     ``margin``: nats between each chosen token and its runner-up (top-2 confidence);
-    ``answer``: a template with ``{query}``, ``{memory}``, ``{memory_q}``, ``{memory_a}``.
+    ``answer``: a template with ``{query}``, ``{memory}``, ``{memory_q}``, ``{memory_a}``
+    (and ``{tool_result}``, the last tool message's content, empty without one).
     """
 
     match: re.Pattern[str] | None
@@ -115,12 +158,11 @@ def _non_negative(value: Any, field: str) -> float:
 def _template(value: Any, field: str) -> str:
     """An answer template, checked now so a stray brace fails at load, not on a request."""
     try:
-        value.format(query="", memory="", memory_q="", memory_a="")
+        value.format(**dict.fromkeys(TEMPLATE_FIELDS, ""))
     except (AttributeError, KeyError, IndexError, ValueError) as exc:
+        names = ", ".join(f"{{{f}}}" for f in TEMPLATE_FIELDS)
         raise ConfigError(
-            f"{field} must be a string using only {{query}}, {{memory}}, {{memory_q}}, "
-            f"{{memory_a}}: {exc!r}",
-            field=field,
+            f"{field} must be a string using only {names}: {exc!r}", field=field
         ) from None
     return value
 
@@ -176,8 +218,10 @@ def latest_memory(system: str) -> tuple[str, str, str] | None:
 class MockBackend:
     """Deterministic replies: the first rule that applies sets the answer and the log-probs.
 
-    Without a rule's answer: ``memory_answer`` when memories were injected, else ``answer``.
-    Temperature is accepted and ignored (every reply is the greedy one).
+    Without a rule's answer: ``memory_answer`` when memories were injected, else ``answer``;
+    after a tool message ``tool_answer``; with tools on, a call (see the module docstring).
+    Temperature and the sampling options are accepted and ignored (every reply is the greedy
+    one).
     """
 
     def __init__(
@@ -187,10 +231,12 @@ class MockBackend:
         *,
         answer: str = DEFAULT_ANSWER,
         memory_answer: str = DEFAULT_MEMORY_ANSWER,
+        tool_answer: str = DEFAULT_TOOL_ANSWER,
         logprob: float | Sequence[float] = -0.05,
         margin: float = 2.0,
         rules: Sequence[Mapping[str, Any]] = (),
         latency_s: float = 0.0,
+        token_latency_s: float = 0.0,
         down_when_exists: str | Path | None = None,
     ) -> None:
         if isinstance(rules, (str, Mapping)) or not isinstance(rules, Sequence):
@@ -201,11 +247,14 @@ class MockBackend:
         self.default = Rule(None, None, lp, _non_negative(margin, "model.engine_args.margin"), None)
         self.rules = [parse_rule(r, f"model.engine_args.rules[{i}]") for i, r in enumerate(rules)]
         self.latency_s = _non_negative(latency_s, "model.engine_args.latency_s")
+        self.token_latency_s = _non_negative(token_latency_s, "model.engine_args.token_latency_s")
         # Fault injection for tests: while this file exists, every call fails as a down engine.
         self.down_when_exists = Path(down_when_exists) if down_when_exists else None
         self.model_id = model_id
         self.answer = _template(answer, "model.engine_args.answer")
         self.memory_answer = _template(memory_answer, "model.engine_args.memory_answer")
+        self.tool_answer = _template(tool_answer, "model.engine_args.tool_answer")
+        self.last_options: GenerationOptions | None = None  # what the latest call asked for
         self.tokenizer: Any = SimpleTokenizer()
         if tokenizer_path is not None:
             from transformers import AutoTokenizer
@@ -221,9 +270,10 @@ class MockBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> ModelReply:
         return self.generate_many(
-            [messages], max_tokens=max_tokens, stop=stop, temperature=temperature
+            [messages], max_tokens=max_tokens, stop=stop, temperature=temperature, options=options
         )[0]
 
     def generate_many(
@@ -233,7 +283,73 @@ class MockBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> list[ModelReply]:
+        self._check(max_tokens, temperature, options)
+        t0 = time.perf_counter()
+        replies = [self._reply(m, max_tokens, stop, options)[0] for m in batch]
+        if replies:  # one simulated engine call per batch, as long as its longest reply
+            wait = self.latency_s + self.token_latency_s * max(r.completion_tokens for r in replies)
+            if wait:
+                time.sleep(wait)
+        latency = time.perf_counter() - t0
+        for r in replies:  # like an in-process engine: every reply carries the batch's time
+            r.latency_s = latency
+        return replies
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        options: GenerationOptions | None = None,
+    ) -> Iterator[str | ModelReply]:
+        """Text deltas piece by piece (``token_latency_s`` apart), then the reply ``generate``
+        gives for the same arguments (its ``latency_s``: this stream's duration)."""
+        self._check(max_tokens, temperature, options)
+        t0 = time.perf_counter()
+        reply, ids = self._reply(messages, max_tokens, stop, options)
+        if self.latency_s:
+            time.sleep(self.latency_s)  # the simulated time to the first token
+        text = StreamText(stop, bool(options and options.tools_on))
+        decode = self.tokenizer.decode
+        for i in range(min(len(ids), max_tokens)):
+            if i and self.token_latency_s:
+                time.sleep(self.token_latency_s)
+            so_far = decode(ids[: i + 1], skip_special_tokens=True)
+            delta = text.update(so_far)
+            if delta:
+                yield delta
+            if text.stopped(so_far):
+                break
+        tail = text.finish(reply.text)
+        if tail:
+            yield tail
+        reply.latency_s = time.perf_counter() - t0
+        yield reply
+
+    def count_tokens(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
+    ) -> int:
+        return len(chat_prompt_ids(self.tokenizer, messages, tools, tool_choice))
+
+    def count_text_tokens(self, text: str) -> int:
+        return text_token_count(self.tokenizer, text)
+
+    def close(self) -> None:
+        pass
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _check(
+        self, max_tokens: int, temperature: float, options: GenerationOptions | None
+    ) -> None:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise InvalidRequest(
                 f"max_tokens must be a positive integer, got {max_tokens!r}", field="max_tokens"
@@ -246,43 +362,69 @@ class MockBackend:
             raise BackendUnavailable(
                 f"{self.model_id} is down ({self.down_when_exists} exists)", field="model"
             )
-        t0 = time.perf_counter()
-        replies = [self._reply(m, max_tokens, stop) for m in batch]
-        if self.latency_s and replies:
-            time.sleep(self.latency_s)  # one simulated engine call per batch
-        latency = time.perf_counter() - t0
-        for r in replies:  # like an in-process engine: every reply carries the batch's time
-            r.latency_s = latency
-        return replies
+        self.last_options = options
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
-        return len(chat_prompt_ids(self.tokenizer, messages))
-
-    def count_text_tokens(self, text: str) -> int:
-        return text_token_count(self.tokenizer, text)
-
-    def close(self) -> None:
-        pass
-
-    # -- internals ------------------------------------------------------------------------
-
-    def pick(self, messages: Sequence[Message]) -> tuple[Rule, str]:
-        """The rule that applies to ``messages`` and the answer text it gives."""
+    def pick(
+        self, messages: Sequence[Message], options: GenerationOptions | None = None
+    ) -> tuple[Rule, str]:
+        """The rule that applies to ``messages`` and the text it generates (an answer, or a
+        tool call as hermes text)."""
         chat = to_chat_dicts(messages)
         query = next((m["content"] for m in reversed(chat) if m["role"] == "user"), "")
         system = "\n".join(m["content"] for m in chat if m["role"] == "system")
         memory = latest_memory(system)
         rule = next((r for r in self.rules if r.applies(query, memory is not None)), self.default)
+        after_tool = chat[-1]["role"] == "tool"
+        if not after_tool and options is not None and options.tools_on:
+            call = self.tool_call(options, query)
+            if call is not None:
+                return rule, call
         fallback = self.memory_answer if memory is not None else self.answer
         template = fallback if rule.answer is None else rule.answer
+        if after_tool:
+            template = self.tool_answer
         line, q, a = memory or ("", "", "")
-        return rule, template.format(query=query, memory=line, memory_q=q, memory_a=a)
+        result = chat[-1]["content"] if after_tool else ""
+        return rule, template.format(
+            query=query, memory=line, memory_q=q, memory_a=a, tool_result=result
+        )
+
+    @staticmethod
+    def tool_call(options: GenerationOptions, query: str) -> str | None:
+        """The hermes text of the call the mock makes (None when no offered tool has a name)."""
+        names = tool_names(options.tools)
+        if not names:
+            return None
+        forced = options.required_tool()
+        name = forced if forced in names else names[0]
+        tool = next(t for t in options.tools if name in tool_names([t]))
+        fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        params = fn.get("parameters") if isinstance(fn.get("parameters"), Mapping) else {}
+        props = params.get("properties") if isinstance(params.get("properties"), Mapping) else {}
+        args: dict[str, Any] = {}
+        for key in params.get("required") or ():
+            prop = props.get(key) if isinstance(props.get(key), Mapping) else {}
+            kind = prop.get("type")
+            if isinstance(kind, list):  # ["string", "null"]: the first non-null type
+                kind = next((k for k in kind if k != "null"), "string")
+            args[str(key)] = {"number": 1, "integer": 1, "boolean": True, "array": [],
+                              "object": {}}.get(kind, query)
+        return render_tool_call(name, json.dumps(args, ensure_ascii=False))
 
     def _reply(
-        self, messages: Sequence[Message], max_tokens: int, stop: Sequence[str] | None
-    ) -> ModelReply:
-        prompt_tokens = self.count_tokens(messages)
-        rule, answer = self.pick(messages)
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        stop: Sequence[str] | None,
+        options: GenerationOptions | None = None,
+    ) -> tuple[ModelReply, list[int]]:
+        """The reply and the token ids of the whole answer (before any cut)."""
+        tools, tool_choice = options_tools(options)
+        count: dict[str, Any] = {"tools": tools} if tools else {}
+        if tools and tool_choice not in (None, "auto"):  # "required", "none", a named function
+            count["tool_choice"] = tool_choice
+        prompt_tokens = self.count_tokens(messages, **count)  # a subclass may count its own way
+        rule, answer = self.pick(messages, options)
         ids = self.tokenizer.encode(answer, add_special_tokens=False)
         decode = self.tokenizer.decode
         starts = [len(decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
@@ -294,7 +436,7 @@ class MockBackend:
         pattern = rule.logprob or self.default.logprob or (0.0,)
         margin = rule.margin if rule.margin is not None else (self.default.margin or 0.0)
         logprobs = [pattern[i % len(pattern)] for i in range(keep)]
-        return ModelReply(
+        reply = ModelReply(
             text=text,
             model_id=self.model_id,
             logprobs=logprobs,
@@ -303,3 +445,12 @@ class MockBackend:
             alt_logprobs=[lp - margin for lp in logprobs],
             finish_reason=finish,
         )
+        if options is not None and options.logprobs:
+            pieces = [decode([t], skip_special_tokens=False) for t in ids[:keep]]
+            reply.token_texts = pieces
+            reply.top_logprobs = [
+                [(piece, lp)] + [(f"<alt{k}>", lp - margin - (k - 1)) for k in range(1, 20)]
+                for piece, lp in zip(pieces, logprobs)
+            ]
+            reply.top_logprobs = [alts[: options.top_logprobs] for alts in reply.top_logprobs]
+        return apply_tool_calls(reply, options), ids

@@ -9,25 +9,47 @@ string); that field is used when present.
 ``count_tokens`` renders the chat template locally when ``tokenizer_path`` is given, otherwise it
 asks the server: vLLM's ``POST /tokenize`` (served at the server root, beside ``/v1``) takes the
 same ``messages`` and applies the served model's chat template with the generation prompt.
+
+:class:`~memroute.llm.options.GenerationOptions` go in the request body (``top_p``, ``seed``,
+``presence_penalty``, ``frequency_penalty``; ``top_logprobs: max(2, k)``; ``tools`` /
+``tool_choice``), and the server's ``message.tool_calls`` are read back. When a local tokenizer
+folder is given and its chat template has no tools, the tools are rendered here instead (the
+hermes fallback of :mod:`memroute.llm.chat`: the server gets plain messages, no ``tools``) and
+the output is parsed here, so the server's prompt is the one ``count_tokens`` counts. A server
+that returns hermes text instead of parsed calls (no tool parser) is parsed here too.
+``tool_choice: "none"`` sends no tools at all (vLLM would otherwise still render them).
+
+:meth:`OpenAIHTTPBackend.stream` uses ``stream: true`` (server-sent events, with
+``stream_options.include_usage`` and log-probs) and builds the final reply from the chunks.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from memroute.errors import BackendError, InvalidRequest
 from memroute.llm.chat import (
+    StreamText,
     alt_logprob,
+    apply_tool_calls,
     chat_prompt_ids,
+    template_inputs,
+    template_supports_tools,
     text_token_count,
     to_chat_dicts,
     token_starts,
     tokens_before,
+    tools_rendered,
+    top_n,
 )
-from memroute.types import Message, ModelReply
+from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
+from memroute.llm.tool_calls import arguments_text, new_call_id
+from memroute.types import Message, ModelReply, ToolCall
 
 
 class OpenAIHTTPBackend:
@@ -58,7 +80,7 @@ class OpenAIHTTPBackend:
         self.model_id = model_id
         self.base_url = base_url.rstrip("/")
         # vLLM's /tokenize lives at the server root, not under /v1.
-        self.server_root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        self.server_root = self.base_url.removesuffix("/v1")
         self.served_model = served_model or model_id
         self.max_concurrency = max(1, max_concurrency)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -78,28 +100,13 @@ class OpenAIHTTPBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> ModelReply:
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
-                                 field="max_tokens")
-        if temperature < 0:
-            raise InvalidRequest(f"temperature must be >= 0, got {temperature!r}",
-                                 field="temperature")
-        body: dict[str, Any] = {
-            "model": self.served_model,
-            "messages": to_chat_dicts(messages),
-            "max_tokens": max_tokens,
-            "temperature": float(temperature),
-            "logprobs": True,
-            "top_logprobs": 2,
-        }
-        stop = [s for s in (stop or ()) if s]
-        if stop:
-            body["stop"] = stop
+        body, local_tools = self._body(messages, max_tokens, stop, temperature, options)
         t0 = time.perf_counter()
         data = self._post(f"{self.base_url}/chat/completions", body)
         latency = time.perf_counter() - t0
-        return self._reply(data, messages, latency)
+        return self._reply(data, messages, latency, options, local_tools)
 
     def generate_many(
         self,
@@ -108,25 +115,94 @@ class OpenAIHTTPBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> list[ModelReply]:
         if not batch:
             return []
 
         def one(messages: Sequence[Message]) -> ModelReply:
             return self.generate(messages, max_tokens=max_tokens, stop=stop,
-                                 temperature=temperature)
+                                 temperature=temperature, options=options)
 
         with ThreadPoolExecutor(max_workers=min(len(batch), self.max_concurrency)) as pool:
             return list(pool.map(one, batch))
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        options: GenerationOptions | None = None,
+    ) -> Iterator[str | ModelReply]:
+        """Text deltas from the server's event stream, then the reply ``generate`` would give
+        (rebuilt from the chunks: content, log-probs, tool calls, usage)."""
+        import httpx
+
+        body, local_tools = self._body(messages, max_tokens, stop, temperature, options)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        url = f"{self.base_url}/chat/completions"
+        text = StreamText(stop, bool(options and options.tools_on))
+        acc = _StreamAccumulator()
+        t0 = time.perf_counter()
+        try:
+            with self._client.stream("POST", url, json=body) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    raise BackendError(
+                        f"{self.model_id} (served as {self.served_model!r}): {url} answered "
+                        f"{resp.status_code}: {_server_message(resp)}"
+                    )
+                for line in resp.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(payload)
+                    except ValueError as exc:
+                        raise BackendError(
+                            f"{self.model_id}: {url} streamed invalid JSON: {payload[:200]!r}"
+                        ) from exc
+                    if isinstance(chunk, Mapping) and chunk.get("error"):
+                        raise BackendError(f"{self.model_id}: {url} streamed an error: "
+                                           f"{chunk['error']}")
+                    acc.add(chunk)
+                    delta = text.update(acc.content)
+                    if delta:
+                        yield delta
+        except httpx.HTTPError as exc:
+            raise BackendError(f"{self.model_id}: cannot reach {url}: {exc}") from exc
+        reply = self._reply(acc.completion(), messages, time.perf_counter() - t0, options,
+                            local_tools)
+        tail = text.finish(reply.text)
+        if tail:
+            yield tail
+        yield reply
+
+    def count_tokens(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
+    ) -> int:
         if self._tokenizer is not None:
-            return len(chat_prompt_ids(self._tokenizer, messages))
-        data = self._post(
-            f"{self.server_root}/tokenize",
-            {"model": self.served_model, "messages": to_chat_dicts(messages),
-             "add_generation_prompt": True},
-        )
+            if template_supports_tools(self._tokenizer):
+                # tool_choice goes to the server as is; only "none" changes the prompt
+                tool_choice = "none" if tool_choice == "none" else None
+            return len(chat_prompt_ids(self._tokenizer, messages, tools, tool_choice))
+        body: dict[str, Any] = {
+            "model": self.served_model,
+            "messages": to_chat_dicts(messages, parse_arguments=False),
+            "add_generation_prompt": True,
+        }
+        if tools_rendered(tools, tool_choice):
+            body["tools"] = [dict(t) for t in tools]
+        data = self._post(f"{self.server_root}/tokenize", body)
         return self._count(data)
 
     def count_text_tokens(self, text: str) -> int:
@@ -142,6 +218,57 @@ class OpenAIHTTPBackend:
         self._client.close()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _body(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        stop: Sequence[str] | None,
+        temperature: float,
+        options: GenerationOptions | None,
+    ) -> tuple[dict[str, Any], bool]:
+        """The request body, and whether tools are rendered (and parsed) here."""
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
+                                 field="max_tokens")
+        if temperature < 0:
+            raise InvalidRequest(f"temperature must be >= 0, got {temperature!r}",
+                                 field="temperature")
+        opts = options or GenerationOptions()
+        k = min(max(int(opts.top_logprobs), 0), MAX_TOP_LOGPROBS) if opts.logprobs else 0
+        chat = to_chat_dicts(messages, parse_arguments=False)
+        has_tool_bits = any(d["role"] == "tool" or d.get("tool_calls") for d in chat)
+        local_tools = (
+            self._tokenizer is not None
+            and (opts.tools_on or has_tool_bits)
+            and not template_supports_tools(self._tokenizer)
+        )
+        if local_tools:  # the fallback rendering travels as plain messages
+            chat, _ = template_inputs(self._tokenizer, messages, opts.tools, opts.tool_choice)
+        body: dict[str, Any] = {
+            "model": self.served_model,
+            "messages": chat,
+            "max_tokens": max_tokens,
+            "temperature": float(temperature),
+            "logprobs": True,
+            "top_logprobs": max(2, k),
+        }
+        stop = [s for s in (stop or ()) if s]
+        if stop:
+            body["stop"] = stop
+        if opts.top_p != 1.0:
+            body["top_p"] = float(opts.top_p)
+        if opts.seed is not None:
+            body["seed"] = int(opts.seed)
+        if opts.presence_penalty:
+            body["presence_penalty"] = float(opts.presence_penalty)
+        if opts.frequency_penalty:
+            body["frequency_penalty"] = float(opts.frequency_penalty)
+        if opts.tools_on and not local_tools:
+            body["tools"] = [_plain(t) for t in opts.tools]
+            if opts.tool_choice is not None:
+                body["tool_choice"] = _plain(opts.tool_choice)
+        return body, local_tools
 
     def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
@@ -173,13 +300,20 @@ class OpenAIHTTPBackend:
         raise BackendError(f"{self.model_id}: /tokenize answered without a token count")
 
     def _reply(
-        self, data: dict[str, Any], messages: Sequence[Message], latency: float
+        self,
+        data: dict[str, Any],
+        messages: Sequence[Message],
+        latency: float,
+        options: GenerationOptions | None = None,
+        local_tools: bool = False,
     ) -> ModelReply:
         try:
             choice = data["choices"][0]
-            text = choice["message"].get("content") or ""
+            message = choice["message"]
+            text = message.get("content") or ""
             content = (choice.get("logprobs") or {}).get("content")
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            server_calls = [_tool_call(c) for c in message.get("tool_calls") or []]
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             raise BackendError(f"{self.model_id}: malformed chat completion: {exc!r}") from exc
         if content is None:
             raise BackendError(
@@ -188,7 +322,11 @@ class OpenAIHTTPBackend:
         finish = choice.get("finish_reason") or "stop"
         keep = len(content)
         vllm_eos = "stop_reason" in choice and not isinstance(choice["stop_reason"], str)
-        if finish == "stop" and vllm_eos:
+        if server_calls or finish == "tool_calls":
+            # the text is only the content around the calls: every generated token counts,
+            # except vLLM's end-of-sequence entry
+            keep -= 1 if vllm_eos else 0
+        elif finish == "stop" and vllm_eos:
             keep -= 1  # vLLM: the last entry is the EOS / stop token, which is not in the text
         elif finish == "stop":
             # A stop string (or a server that reports EOS without saying so): keep the tokens
@@ -207,8 +345,12 @@ class OpenAIHTTPBackend:
         usage = data.get("usage") or {}
         prompt_tokens = usage.get("prompt_tokens")
         if not isinstance(prompt_tokens, int):
-            prompt_tokens = self.count_tokens(messages)  # servers that omit usage
-        return ModelReply(
+            opts = options or GenerationOptions()
+            tools = opts.tools if opts.tools_on else ()
+            prompt_tokens = self.count_tokens(  # servers that omit usage
+                messages, tools=tools, tool_choice=opts.tool_choice if local_tools else None
+            )
+        reply = ModelReply(
             text=text,
             model_id=self.model_id,
             logprobs=logprobs,
@@ -218,6 +360,88 @@ class OpenAIHTTPBackend:
             latency_s=latency,
             finish_reason=finish,
         )
+        if options is not None and options.logprobs:
+            k = min(max(int(options.top_logprobs), 0), MAX_TOP_LOGPROBS)
+            reply.token_texts = [str(e.get("token") or "") for e in entries]
+            reply.top_logprobs = [
+                top_n(((t.get("token") or "", float(t["logprob"]))
+                       for t in e.get("top_logprobs") or []), k)
+                for e in entries
+            ]
+        if server_calls:
+            reply.tool_calls, reply.finish_reason = server_calls, "tool_calls"
+            return reply
+        if finish == "tool_calls":  # a server that says so without sending calls
+            reply.finish_reason = "stop"
+        return apply_tool_calls(reply, options)
+
+
+class _StreamAccumulator:
+    """Chat-completion chunks folded back into one completion (the non-streamed shape)."""
+
+    def __init__(self) -> None:
+        self.content = ""
+        self.entries: list[dict[str, Any]] = []
+        self.finish: str | None = None
+        self.stop_reason: Any = None
+        self.has_stop_reason = False
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] | None = None
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        if isinstance(chunk.get("usage"), Mapping):
+            self.usage = dict(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            self.content += delta.get("content") or ""
+            for call in delta.get("tool_calls") or ():
+                slot = self.calls.setdefault(
+                    int(call.get("index", len(self.calls))),
+                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                slot["id"] = call.get("id") or slot["id"]
+                fn = call.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+            self.entries += (choice.get("logprobs") or {}).get("content") or []
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+            if "stop_reason" in choice:
+                self.has_stop_reason = True
+                self.stop_reason = choice["stop_reason"]
+
+    def completion(self) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": self.content,
+                        "tool_calls": [self.calls[i] for i in sorted(self.calls)]},
+            "finish_reason": self.finish,
+            "logprobs": {"content": self.entries},
+        }
+        if self.has_stop_reason:
+            choice["stop_reason"] = self.stop_reason
+        data: dict[str, Any] = {"choices": [choice]}
+        if self.usage is not None:
+            data["usage"] = self.usage
+        return data
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _tool_call(call: Mapping[str, Any]) -> ToolCall:
+    fn = call.get("function")
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise TypeError(f"tool call without a function name: {call!r}")
+    return ToolCall(id=call.get("id") or new_call_id(), name=fn["name"],
+                    arguments=arguments_text(fn.get("arguments")))
 
 
 def _server_message(resp: Any) -> str:

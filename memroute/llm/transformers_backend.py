@@ -4,20 +4,40 @@ Loads a converted safetensors folder (``AssetStore.hf_folder``), never the GGUF 
 dequantization at every load is slow. Per-token log-probs are ``log_softmax`` of the raw logits
 of each generated step (``output_logits=True``), so they match vLLM's default raw log-probs.
 See :mod:`memroute.llm.chat` for the conventions shared by all back ends.
+
+:class:`~memroute.llm.options.GenerationOptions`: ``top_p`` applies when sampling
+(``temperature > 0``); ``seed`` makes sampling reproducible per prompt (each seeded prompt runs
+alone under ``torch.manual_seed(seed)``, inside ``torch.random.fork_rng`` so the process's
+generator is left as it was); ``presence_penalty`` / ``frequency_penalty`` are a logits processor
+with OpenAI's semantics (:class:`PenaltyProcessor`); ``logprobs`` / ``top_logprobs`` come from the
+top-k of the same ``log_softmax``; tools are rendered by :func:`~memroute.llm.chat.chat_prompt_ids`
+and the output parsed by :func:`~memroute.llm.tool_calls.parse_tool_calls`. ``tool_choice``
+``required`` / a named function is an instruction in the prompt, not constrained decoding.
+
+:meth:`TransformersBackend.stream` runs ``generate`` in a worker thread with a streamer and
+yields text deltas as the tokens arrive, then the reply of that same ``generate`` call.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from memroute.errors import AssetError, BackendError, InvalidRequest
 from memroute.llm.chat import (
+    StreamText,
+    apply_tool_calls,
     chat_prompt_ids,
     cut_at_stop,
+    options_tools,
     text_token_count,
+    top_n,
 )
+from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
 from memroute.types import Message, ModelReply
 
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -33,6 +53,59 @@ def _check_folder(path: str | Path) -> Path:
     if not (folder / "config.json").is_file():
         raise AssetError(f"model folder {str(folder)!r} has no config.json")
     return folder
+
+
+class PenaltyProcessor:
+    """OpenAI's presence / frequency penalties as a ``LogitsProcessor``:
+    ``logit[t] -= presence * (count_t > 0) + frequency * count_t``, where ``count_t`` counts
+    ``t`` among the tokens generated so far in that row (``input_ids[:, prompt_width:]``)."""
+
+    def __init__(self, prompt_width: int, presence: float, frequency: float) -> None:
+        self.prompt_width = prompt_width
+        self.presence = float(presence)
+        self.frequency = float(frequency)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        generated = input_ids[:, self.prompt_width :]
+        if generated.shape[1] == 0:
+            return scores
+        counts = torch.zeros_like(scores)
+        counts.scatter_add_(1, generated, torch.ones_like(generated, dtype=scores.dtype))
+        return scores - self.presence * (counts > 0).to(scores.dtype) - self.frequency * counts
+
+
+class _QueueStreamer:
+    """A ``generate`` streamer that hands each step's token ids to a queue (prompt skipped)."""
+
+    def __init__(self, out: queue.Queue) -> None:
+        self.out = out
+        self.prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self.prompt_seen:  # generate() first puts the prompt
+            self.prompt_seen = True
+            return
+        self.out.put([int(t) for t in value.reshape(-1).tolist()])
+
+    def end(self) -> None:
+        pass
+
+
+class _Cancelled:
+    """A stopping criterion that ends generation once ``event`` is set (a closed stream)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: Any, scores: Any, **_: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool)
+
+
+_DONE = object()
 
 
 class TransformersBackend:
@@ -102,9 +175,10 @@ class TransformersBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> ModelReply:
-        prompt = chat_prompt_ids(self.tokenizer, messages)
-        return self._run([prompt], max_tokens, stop, temperature)[0]
+        prompt = self._prompt(messages, options)
+        return self._run([prompt], max_tokens, stop, temperature, options)[0]
 
     def generate_many(
         self,
@@ -113,16 +187,82 @@ class TransformersBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> list[ModelReply]:
-        prompts = [chat_prompt_ids(self.tokenizer, m) for m in batch]
+        prompts = [self._prompt(m, options) for m in batch]
         if not prompts:
             return []
         if self.batch_generate:
-            return self._run(prompts, max_tokens, stop, temperature)
-        return [self._run([p], max_tokens, stop, temperature)[0] for p in prompts]
+            return self._run(prompts, max_tokens, stop, temperature, options)
+        return [self._run([p], max_tokens, stop, temperature, options)[0] for p in prompts]
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
-        return len(chat_prompt_ids(self.tokenizer, messages))
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        options: GenerationOptions | None = None,
+    ) -> Iterator[str | ModelReply]:
+        """Text deltas while ``generate`` runs in a worker thread, then its reply.
+
+        Closing the iterator early stops the generation at the next step.
+        """
+        prompt = self._prompt(messages, options)
+        self._check_args(max_tokens, temperature)
+        tokens: queue.Queue = queue.Queue()
+        cancel = threading.Event()
+        result: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                result["reply"] = self._run([prompt], max_tokens, stop, temperature, options,
+                                            streamer=_QueueStreamer(tokens), cancel=cancel)[0]
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+                result["error"] = exc
+            finally:
+                tokens.put(_DONE)
+
+        worker = threading.Thread(target=work, name=f"stream-{self.model_id}", daemon=True)
+        worker.start()
+        text = StreamText(stop, bool(options and options.tools_on))
+        ids: list[int] = []
+        ended = False
+        try:
+            while True:
+                item = tokens.get()
+                if item is _DONE:
+                    break
+                if ended:
+                    continue
+                for t in item:
+                    if t in self._eos_ids:
+                        ended = True
+                        break
+                    ids.append(t)
+                delta = text.update(self.tokenizer.decode(ids, skip_special_tokens=True))
+                if delta:
+                    yield delta
+        finally:
+            cancel.set()
+            worker.join()
+        if "error" in result:
+            raise result["error"]
+        reply = result["reply"]
+        tail = text.finish(reply.text)
+        if tail:
+            yield tail
+        yield reply
+
+    def count_tokens(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
+    ) -> int:
+        return len(chat_prompt_ids(self.tokenizer, messages, tools, tool_choice))
 
     def count_text_tokens(self, text: str) -> int:
         return text_token_count(self.tokenizer, text)
@@ -155,6 +295,10 @@ class TransformersBackend:
 
     # -- internals ------------------------------------------------------------------------
 
+    def _prompt(self, messages: Sequence[Message], options: GenerationOptions | None) -> list[int]:
+        tools, tool_choice = options_tools(options)
+        return chat_prompt_ids(self.tokenizer, messages, tools, tool_choice)
+
     def _check_args(self, max_tokens: int, temperature: float) -> None:
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
@@ -169,20 +313,29 @@ class TransformersBackend:
         max_tokens: int,
         stop: Sequence[str] | None,
         temperature: float,
+        options: GenerationOptions | None = None,
+        *,
+        streamer: Any = None,
+        cancel: threading.Event | None = None,
     ) -> list[ModelReply]:
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
         self._check_args(max_tokens, temperature)
         if self.model is None:
             raise BackendError(f"back end {self.model_id!r} is closed")
+        opts = options or GenerationOptions()
+        seeded = opts.seed is not None and temperature > 0
+        if seeded and len(prompts) > 1:  # a seed is per request: each prompt samples alone
+            return [self._run([p], max_tokens, stop, temperature, options)[0] for p in prompts]
         stop = [s for s in (stop or ()) if s]
         width = max(len(p) for p in prompts)
         # Left padding keeps every prompt's last token at the same position for generation.
         input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts])
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
+            {"do_sample": True, "temperature": float(temperature), "top_k": 0,
+             "top_p": float(opts.top_p)}
             if temperature > 0
             else {"do_sample": False}
         )
@@ -196,17 +349,29 @@ class TransformersBackend:
             stop_strings=stop or None,
             **sampling,
         )
+        processors = LogitsProcessorList()
+        if opts.presence_penalty or opts.frequency_penalty:
+            processors.append(
+                PenaltyProcessor(width, opts.presence_penalty, opts.frequency_penalty)
+            )
+        criteria = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.random.fork_rng(devices=[], enabled=seeded):
+            if seeded:
+                torch.manual_seed(int(opts.seed))  # type: ignore[arg-type]
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention,
                 generation_config=config,
                 tokenizer=self.tokenizer if stop else None,
+                logits_processor=processors,
+                stopping_criteria=criteria,
+                streamer=streamer,
             )
         latency = time.perf_counter() - t0
         gen = out.sequences[:, width:]
-        chosen, alts = self._step_logprobs(out.logits, gen)
+        k = min(max(int(opts.top_logprobs), 0), MAX_TOP_LOGPROBS) if opts.logprobs else 0
+        chosen, alts, tops = self._step_logprobs(out.logits, gen, max(2, k))
         replies = []
         for b, prompt in enumerate(prompts):
             ids = gen[b].tolist()
@@ -220,25 +385,35 @@ class TransformersBackend:
             keep, stopped = n, False
             if stop:
                 text, keep, stopped = cut_at_stop(text, self._starts(ids), stop)
-            replies.append(
-                ModelReply(
-                    text=text,
-                    model_id=self.model_id,
-                    logprobs=chosen[b][:keep],
-                    prompt_tokens=len(prompt),
-                    completion_tokens=keep,
-                    alt_logprobs=alts[b][:keep],
-                    latency_s=latency,
-                    finish_reason="stop" if (eos_hit or stopped) else "length",
-                )
+            reply = ModelReply(
+                text=text,
+                model_id=self.model_id,
+                logprobs=chosen[b][:keep],
+                prompt_tokens=len(prompt),
+                completion_tokens=keep,
+                alt_logprobs=alts[b][:keep],
+                latency_s=latency,
+                finish_reason="stop" if (eos_hit or stopped) else "length",
             )
+            if opts.logprobs:
+                piece = self._piece
+                reply.token_texts = [piece(t) for t in ids[:keep]]
+                reply.top_logprobs = [
+                    top_n(((piece(i), lp) for i, lp in row), k) for row in tops[b][:keep]
+                ]
+            replies.append(apply_tool_calls(reply, options))
         return replies
+
+    def _piece(self, token_id: int) -> str:
+        """The text of one token (special tokens shown: they can be alternatives)."""
+        return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
 
     @staticmethod
     def _step_logprobs(
-        logits: Sequence[Any], gen: Any
-    ) -> tuple[list[list[float]], list[list[float]]]:
-        """Per row: log p of the generated token and of the best other token, at every step.
+        logits: Sequence[Any], gen: Any, k: int = 2
+    ) -> tuple[list[list[float]], list[list[float]], list[list[list[tuple[int, float]]]]]:
+        """Per row: log p of the generated token, of the best other token, and the top-``k``
+        ``(token id, log p)`` at every step (``k >= 2``).
 
         One step at a time, so memory stays at batch x vocabulary (not x steps).
         """
@@ -247,17 +422,19 @@ class TransformersBackend:
         rows = gen.shape[0]
         chosen: list[list[float]] = [[] for _ in range(rows)]
         alts: list[list[float]] = [[] for _ in range(rows)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(rows)]
         for t, step in enumerate(logits):
             logp = torch.log_softmax(step.float(), dim=-1)  # [B, V]
             token = gen[:, t]
             picked, tokens = logp.gather(1, token[:, None])[:, 0].tolist(), token.tolist()
-            top = logp.topk(2, dim=-1)
+            top = logp.topk(max(2, k), dim=-1)
             top_v, top_i = top.values.tolist(), top.indices.tolist()
             for b in range(rows):
                 chosen[b].append(picked[b])
                 # the alternative is the top-2 unless the chosen token is not the top-1
                 alts[b].append(top_v[b][1] if top_i[b][0] == tokens[b] else top_v[b][0])
-        return chosen, alts
+                tops[b].append(list(zip(top_i[b], top_v[b])))
+        return chosen, alts, tops
 
     def _starts(self, ids: list[int]) -> list[int]:
         """Character offset of each token in the decoded text (prefix decoding: merge-safe)."""

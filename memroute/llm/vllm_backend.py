@@ -2,8 +2,22 @@
 
 The same code serves the CPU stand-ins and the GPU presets: everything engine-specific
 (``gpu_memory_utilization``, ``tensor_parallel_size``, ``quantization``, ``enforce_eager`` ...) is
-passed through ``engine_args``. ``generate_many`` hands the whole batch to one ``LLM.chat`` call,
-so the engine batches it. Reply conventions: :mod:`memroute.llm.chat`.
+passed through ``engine_args``. Prompts are rendered here with
+:func:`~memroute.llm.chat.chat_prompt_ids` (the same ids ``count_tokens`` counts, tools included)
+and ``generate_many`` hands the whole batch of token prompts to one ``LLM.generate`` call, so the
+engine batches it. Reply conventions: :mod:`memroute.llm.chat`.
+
+:class:`~memroute.llm.options.GenerationOptions`: ``top_p``, ``seed``, ``presence_penalty`` and
+``frequency_penalty`` go to ``SamplingParams``; ``logprobs`` asks the engine for
+``max(2, top_logprobs)`` alternatives per token; tools are rendered into the prompt and the output
+parsed with :func:`~memroute.llm.tool_calls.parse_tool_calls` (``tool_choice`` ``required`` / a
+named function is an instruction, not vLLM's guided decoding).
+
+:meth:`VLLMBackend.stream` is real incremental output: the request goes to
+``LLM.llm_engine.add_request`` with ``RequestOutputKind.CUMULATIVE`` and the engine is stepped
+here, each step's text decoded by the engine's detokenizer; the last output becomes the reply.
+Another request must not use the engine while a stream runs (the Serve tier holds its engine
+lock for the stream's duration).
 
 CPU defaults, applied before vllm is imported and only when the variable is not already set
 (on a machine without CUDA only):
@@ -23,17 +37,23 @@ import gc
 import os
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from memroute.errors import AssetError, BackendError, InvalidRequest
 from memroute.llm.chat import (
+    StreamText,
     alt_logprob,
+    apply_tool_calls,
     chat_prompt_ids,
     cut_at_stop,
+    options_tools,
     text_token_count,
-    to_chat_dicts,
+    top_n,
 )
+from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
 from memroute.types import Message, ModelReply
 
 CPU_ENV_DEFAULTS = {
@@ -115,9 +135,10 @@ class VLLMBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> ModelReply:
         return self.generate_many([messages], max_tokens=max_tokens, stop=stop,
-                                  temperature=temperature)[0]
+                                  temperature=temperature, options=options)[0]
 
     def generate_many(
         self,
@@ -126,44 +147,73 @@ class VLLMBackend:
         max_tokens: int = 32,
         stop: Sequence[str] | None = None,
         temperature: float = 0.0,
+        options: GenerationOptions | None = None,
     ) -> list[ModelReply]:
-        from vllm import SamplingParams
-
-        try:
-            from vllm.exceptions import VLLMError
-        except ImportError:  # older vLLM: its request validation raises ValueError
-            VLLMError = ValueError  # noqa: N806
-
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
-                                 field="max_tokens")
-        if temperature < 0:
-            raise InvalidRequest(f"temperature must be >= 0, got {temperature!r}",
-                                 field="temperature")
-        if self._llm is None:
-            raise BackendError(f"back end {self.model_id!r} is closed")
-        conversations = [to_chat_dicts(m) for m in batch]
-        if not conversations:
+        params, stop = self._params(max_tokens, stop, temperature, options)
+        prompts = [self._prompt(m, options) for m in batch]
+        if not prompts:
             return []
-        stop = [s for s in (stop or ()) if s]
-        params = SamplingParams(
-            temperature=float(temperature),
-            max_tokens=max_tokens,
-            stop=stop or None,
-            logprobs=2,  # the chosen token's log-prob plus the top-2 (for the alternative)
-        )
         t0 = time.perf_counter()
-        try:
-            outputs = self._llm.chat(conversations, params, use_tqdm=False)
-        except (VLLMError, ValueError) as exc:
-            # e.g. a prompt longer than max_model_len (VLLMValidationError). Callers budget
-            # prompts with count_tokens first, so reaching this is a fault, as on the HTTP engine.
-            raise BackendError(f"vLLM rejected the request for {self.model_id!r}: {exc}") from exc
+        with self._rejections():
+            outputs = self._llm.generate(prompts, params, use_tqdm=False)
         latency = time.perf_counter() - t0
-        return [self._reply(o, stop, latency) for o in outputs]
+        return [self._reply(o, stop, latency, options) for o in outputs]
 
-    def count_tokens(self, messages: Sequence[Message]) -> int:
-        return len(chat_prompt_ids(self._tokenizer, messages))
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        options: GenerationOptions | None = None,
+    ) -> Iterator[str | ModelReply]:
+        """Text deltas as the engine steps, then the reply ``generate`` would give.
+
+        Closing the iterator early aborts the request in the engine.
+        """
+        from vllm.sampling_params import RequestOutputKind
+
+        params, stop = self._params(max_tokens, stop, temperature, options)
+        params.output_kind = RequestOutputKind.CUMULATIVE
+        prompt = self._prompt(messages, options)
+        engine = self._llm.llm_engine
+        request_id = f"stream-{next(self._llm.request_counter)}"
+        preprocess = getattr(self._llm, "_preprocess_cmpl_one", None)
+        t0 = time.perf_counter()
+        with self._rejections():
+            engine.add_request(request_id, preprocess(prompt) if preprocess else prompt, params)
+        text = StreamText(stop, bool(options and options.tools_on))
+        final: Any = None
+        try:
+            while final is None:
+                if not engine.has_unfinished_requests():
+                    raise BackendError(f"vLLM dropped the stream request of {self.model_id!r}")
+                for output in engine.step():
+                    if getattr(output, "request_id", None) != request_id:
+                        continue
+                    delta = text.update(output.outputs[0].text)
+                    if delta:
+                        yield delta
+                    if output.finished:
+                        final = output
+        finally:
+            if final is None:
+                engine.abort_request([request_id])
+        reply = self._reply(final, stop, time.perf_counter() - t0, options)
+        tail = text.finish(reply.text)
+        if tail:
+            yield tail
+        yield reply
+
+    def count_tokens(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
+    ) -> int:
+        return len(chat_prompt_ids(self._tokenizer, messages, tools, tool_choice))
 
     def count_text_tokens(self, text: str) -> int:
         return text_token_count(self._tokenizer, text)
@@ -184,7 +234,69 @@ class VLLMBackend:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _reply(self, output: Any, stop: list[str], latency: float) -> ModelReply:
+    def _params(
+        self,
+        max_tokens: int,
+        stop: Sequence[str] | None,
+        temperature: float,
+        options: GenerationOptions | None,
+    ) -> tuple[Any, list[str]]:
+        """The request's ``SamplingParams`` (arguments checked first) and its stop strings."""
+        from vllm import SamplingParams
+
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
+                                 field="max_tokens")
+        if temperature < 0:
+            raise InvalidRequest(f"temperature must be >= 0, got {temperature!r}",
+                                 field="temperature")
+        if self._llm is None:
+            raise BackendError(f"back end {self.model_id!r} is closed")
+        opts = options or GenerationOptions()
+        stops = [s for s in (stop or ()) if s]
+        k = _top_k(opts)
+        params = SamplingParams(
+            temperature=float(temperature),
+            max_tokens=max_tokens,
+            stop=stops or None,
+            # the chosen token's log-prob plus the top-k (>= 2, for the alternative)
+            logprobs=max(2, k),
+            top_p=float(opts.top_p),
+            seed=opts.seed,
+            presence_penalty=float(opts.presence_penalty),
+            frequency_penalty=float(opts.frequency_penalty),
+        )
+        return params, stops
+
+    def _prompt(self, messages: Sequence[Message], options: GenerationOptions | None) -> Any:
+        from vllm.inputs import TokensPrompt
+
+        tools, tool_choice = options_tools(options)
+        return TokensPrompt(
+            prompt_token_ids=chat_prompt_ids(self._tokenizer, messages, tools, tool_choice)
+        )
+
+    @contextmanager
+    def _rejections(self) -> Iterator[None]:
+        """Engine request rejections as :class:`BackendError`."""
+        try:
+            from vllm.exceptions import VLLMError
+        except ImportError:  # older vLLM: its request validation raises ValueError
+            VLLMError = ValueError
+        try:
+            yield
+        except (VLLMError, ValueError) as exc:
+            # e.g. a prompt longer than max_model_len (VLLMValidationError). Callers budget
+            # prompts with count_tokens first, so reaching this is a fault, as on the HTTP engine.
+            raise BackendError(f"vLLM rejected the request for {self.model_id!r}: {exc}") from exc
+
+    def _reply(
+        self,
+        output: Any,
+        stop: list[str],
+        latency: float,
+        options: GenerationOptions | None = None,
+    ) -> ModelReply:
         c = output.outputs[0]
         ids = list(c.token_ids)
         entries = list(c.logprobs or [])
@@ -209,7 +321,7 @@ class VLLMBackend:
             starts = [len(self._tokenizer.decode(ids[:i], skip_special_tokens=True))
                       for i in range(len(ids))]
             _, keep, _ = cut_at_stop(full, starts, stop)
-        return ModelReply(
+        reply = ModelReply(
             text=text,
             model_id=self.model_id,
             logprobs=logprobs[:keep],
@@ -219,6 +331,28 @@ class VLLMBackend:
             latency_s=latency,
             finish_reason=c.finish_reason or "stop",
         )
+        if options is not None and options.logprobs:
+            k = _top_k(options)
+            reply.token_texts = [self._piece(t, e.get(t)) for t, e in zip(ids[:keep], entries)]
+            reply.top_logprobs = [
+                top_n(((self._piece(i, v), v.logprob) for i, v in e.items()), k)
+                for e in entries[:keep]
+            ]
+        return apply_tool_calls(reply, options)
+
+    def _piece(self, token_id: int, entry: Any) -> str:
+        """A token's text: the engine's detokenized one, else a decode of the id alone."""
+        text = getattr(entry, "decoded_token", None)
+        if isinstance(text, str):
+            return text
+        return self._tokenizer.decode([int(token_id)], skip_special_tokens=False)
+
+
+def _top_k(options: GenerationOptions) -> int:
+    """How many alternatives per token the client asked for (0 without ``logprobs``)."""
+    if not options.logprobs:
+        return 0
+    return min(max(int(options.top_logprobs), 0), MAX_TOP_LOGPROBS)
 
 
 def _cuda_available() -> bool:

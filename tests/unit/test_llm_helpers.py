@@ -41,7 +41,14 @@ def test_to_chat_dicts_accepts_messages_and_mappings():
     [
         ([], "messages"),
         ("hello", "messages"),
-        ([Message("user", "a"), {"role": "tool", "content": "x"}], "messages[1].role"),
+        ([Message("user", "a"), {"role": "robot", "content": "x"}], "messages[1].role"),
+        # "tool" is a role now; calls are for assistant turns only and need a function name
+        ([{"role": "user", "content": "a",
+           "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}],
+         "messages[0].tool_calls"),
+        ([{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {}}]}],
+         "messages[0].tool_calls[0].function.name"),
+        ([{"role": "tool", "content": "x", "tool_call_id": 3}], "messages[0].tool_call_id"),
         ([{"role": "user", "content": 3}], "messages[0].content"),
         ([("user", "hi")], "messages[0]"),
     ],
@@ -245,7 +252,7 @@ def test_http_rejects_a_non_http_base_url():
 class _CharTokenizer:
     """Token id i decodes to VOCAB[i]; id 0 is the special EOS."""
 
-    VOCAB = ["<eos>", "1", ",", " ", "2", "3"]
+    VOCAB = ("<eos>", "1", ",", " ", "2", "3")
 
     def decode(self, ids, skip_special_tokens=True):
         return "".join(self.VOCAB[i] for i in ids if not (skip_special_tokens and i == 0))
