@@ -55,14 +55,20 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 def _http(resp: ApiResponse) -> Response:
-    if resp.events is not None:
+    if resp.events is None:
+        return JSONResponse(resp.body, status_code=resp.status, headers=resp.headers)
+    frames = iter(resp.events)
+    if resp.live:  # pulled from a worker thread: the answering tier generates as it is read
         async def events() -> Any:
-            for event in resp.events or []:
-                yield event
+            while (frame := await asyncio.to_thread(next, frames, None)) is not None:
+                yield frame
+    else:
+        async def events() -> Any:
+            for frame in frames:
+                yield frame
 
-        return StreamingResponse(events(), status_code=resp.status, media_type=resp.media_type,
-                                 headers=resp.headers)
-    return JSONResponse(resp.body, status_code=resp.status, headers=resp.headers)
+    return StreamingResponse(events(), status_code=resp.status, media_type=resp.media_type,
+                             headers=resp.headers)
 
 
 @serve.deployment
@@ -100,6 +106,14 @@ class RouterIngress:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:
+        return await self._handle(request, self.core.prepare)
+
+    @app.post("/v1/responses")
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API: the same routing, answered as a ``response`` (or its events)."""
+        return await self._handle(request, self.core.prepare_responses)
+
+    async def _handle(self, request: Request, prepare: Any) -> Response:
         started = time.perf_counter()
         tenant = prepared = None
         try:
@@ -112,7 +126,7 @@ class RouterIngress:
             if len(keys) > 1:
                 raise InvalidRequest("send one Idempotency-Key header", field=IDEMPOTENCY_HEADER)
             prepared = await asyncio.to_thread(
-                self.core.prepare, body, authorization, keys[0] if keys else None, tenant=tenant,
+                prepare, body, authorization, keys[0] if keys else None, tenant=tenant,
                 headers=request.headers,
             )
             tenant = prepared.tenant
@@ -149,6 +163,8 @@ class RouterIngress:
             result = await self.route(prepared)
             if isinstance(result, BaseException):  # this member alone failed in its batch
                 raise result
+            if result.stream is not None:  # the answering tier streams as the client reads
+                return self.core.respond_live(prepared, result, started=started)
             latency_s = time.perf_counter() - started
             if prepared.idempotency_key is None:
                 return self.core.respond(prepared, result, latency_s=latency_s)

@@ -20,27 +20,36 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memroute.api.controls import tier_model_names
 from memroute.api.metrics import ApiMetrics
 from memroute.api.ratelimit import TenantLimiter, retry_after_headers
 from memroute.api.responses import (
+    ChatChunks,
     chat_completion,
     error_body,
     finish_reason,
     memroute_headers,
     models_list,
     new_completion_id,
+    split_for_stream,
+    sse,
     stream_chunks,
     usage,
+)
+from memroute.api.responses_output import ResponseEvents, response_object
+from memroute.api.responses_request import (
+    new_response_id,
+    responses_field,
+    responses_to_chat_body,
 )
 from memroute.api.schema import ChatRequest, parse_chat_request
 from memroute.api.tenancy import ApiKeys
 from memroute.config.api import ApiConfig
-from memroute.errors import InvalidRequest, RateLimited
+from memroute.errors import InvalidRequest, MemrouteError, RateLimited
 from memroute.namespace import namespace, validate_tenant
 from memroute.types import RouteResult
 
@@ -58,6 +67,8 @@ class PreparedChat:
     user_id: str  # the memory namespace of (tenant, chat.user)
     idempotency_key: str | None = None
     body_hash: str | None = None  # sha256 of the canonical JSON body; only with a key
+    # A Responses API request (POST /v1/responses): its own body, answered in its shape.
+    responses_body: dict[str, Any] | None = None
 
 
 @dataclass
@@ -66,7 +77,9 @@ class ApiResponse:
     media_type: str
     headers: dict[str, str] = field(default_factory=dict)
     body: dict[str, Any] | None = None  # JSON responses
-    events: list[str] | None = None  # SSE responses, already framed ("data: ...\n\n")
+    # SSE responses, already framed ("data: ...\n\n"): a list, or an iterator of a live stream
+    # (blocking: a server pulls it from a worker thread)
+    events: list[str] | Iterator[str] | None = None
 
     def to_json(self) -> str:
         """The whole response as stored for an idempotency key (replayed as it was)."""
@@ -83,6 +96,10 @@ class ApiResponse:
         if replayed:
             headers[REPLAYED_HEADER] = "true"
         return cls(d["status"], d["media_type"], headers, d.get("body"), d.get("events"))
+
+    @property
+    def live(self) -> bool:
+        return self.events is not None and not isinstance(self.events, list)
 
 
 def check_idempotency_key(value: str | None) -> str | None:
@@ -149,6 +166,23 @@ class ChatApi:
         digest = body_hash(body) if key is not None else None
         return PreparedChat(tenant, chat, namespace(tenant, chat.user), key, digest)
 
+    def prepare_responses(
+        self, body: Any, authorization: str | None, idempotency_key: str | None = None,
+        *, tenant: str | None = None, headers: Mapping[str, str] | None = None,
+    ) -> PreparedChat:
+        """``POST /v1/responses``: the body translated to a chat body and prepared as one
+        (:mod:`memroute.api.responses_request`); errors name the Responses fields."""
+        tenant = tenant if tenant is not None else self.admit(authorization)
+        chat_body = responses_to_chat_body(body)
+        try:
+            prepared = self.prepare(chat_body, authorization, idempotency_key, tenant=tenant,
+                                    headers=headers)
+        except MemrouteError as exc:
+            exc.field = responses_field(exc.field)
+            raise
+        digest = body_hash({"responses": body}) if prepared.idempotency_key is not None else None
+        return replace(prepared, body_hash=digest, responses_body=body)
+
     def namespace_of(self, tenant: str | None, user: str | None) -> str:
         """The memory namespace an operator names (``?tenant=&user=``), validated as a chat
         request's ``user`` is (same length limit), so admin reads accept no id chat refuses."""
@@ -172,19 +206,97 @@ class ChatApi:
         self, prepared: PreparedChat, result: RouteResult, *, latency_s: float
     ) -> ApiResponse:
         chat = prepared.chat
-        kw = dict(
-            created=int(self.clock()),
-            completion_id=new_completion_id(),
-            finish=finish_reason(result, chat.max_tokens),
-        )
+        kw: dict[str, Any] = {
+            "created": int(self.clock()),
+            "completion_id": new_completion_id(),
+            "finish": finish_reason(result, chat.max_tokens),
+        }
         headers = memroute_headers(result)
         if self.limiter is not None:  # tokens are known only now: charged after the answer
             self.limiter.charge(prepared.tenant, usage(result)["total_tokens"])
         if self.metrics is not None:
             self.metrics.record(result, prepared.tenant, latency_s)
+        if prepared.responses_body is not None:
+            return self._responses(prepared, result, headers, kw)
         if chat.stream:
             return ApiResponse(200, SSE, headers, events=stream_chunks(result, chat, **kw))
         return ApiResponse(200, JSON, headers, body=chat_completion(result, chat, **kw))
+
+    def respond_live(
+        self, prepared: PreparedChat, result: RouteResult, *, started: float,
+        on_done: Callable[[list[str]], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> ApiResponse:
+        """A streamed answer whose last tier is still generating (``result.stream``): the
+        events go out as its text comes; the headers carry what was known before that tier
+        (its index, the model, the memories), the final event the whole report. ``on_done``
+        gets every frame once the stream completed (an idempotency record), ``on_error`` the
+        exception that ended it (sent as OpenAI's in-stream error); ``started``: perf_counter."""
+        return ApiResponse(200, SSE, memroute_headers(result),
+                           events=self._live(prepared, result, started, on_done, on_error))
+
+    def _live(self, prepared: PreparedChat, result: RouteResult, started: float,
+              on_done: Callable[[list[str]], None] | None,
+              on_error: Callable[[BaseException], None] | None) -> Iterator[str]:
+        chat, frames = prepared.chat, []
+        created, cid = int(self.clock()), new_completion_id()
+        responses = prepared.responses_body is not None
+        if responses:
+            events = ResponseEvents(response_id=new_response_id(), created_at=created,
+                                    model=chat.model, request=prepared.responses_body)
+            opening, delta = events.opening, events.text_delta
+        else:
+            chunks = ChatChunks(chat, created=created, completion_id=cid)
+            opening, delta = chunks.opening, chunks.delta
+        frames += opening()
+        yield from frames
+        try:
+            assert result.stream is not None
+            for piece in result.stream:
+                out = delta(piece)
+                frames += out
+                yield from out
+        except Exception as exc:  # noqa: BLE001 - the stream has started: an in-stream error
+            status, body = error_body(exc)
+            if self.metrics is not None:
+                self.metrics.record_error(status, prepared.tenant)
+            if on_error is not None:
+                on_error(exc)
+            yield from (events.error(body["error"]) if responses
+                        else [sse(body), "data: [DONE]\n\n"])
+            return
+        result.stream = None
+        finish = finish_reason(result, chat.max_tokens)
+        if self.limiter is not None:
+            self.limiter.charge(prepared.tenant, usage(result)["total_tokens"])
+        if self.metrics is not None:
+            self.metrics.record(result, prepared.tenant, time.perf_counter() - started)
+        if responses:
+            completion = chat_completion(result, chat, created=created, completion_id=cid,
+                                         finish=finish)
+            out = events.closing(completion)
+        else:
+            out = chunks.closing(result, finish)
+        frames += out
+        if on_done is not None:
+            on_done(frames)  # before the last frame: a retry after [DONE] finds the record
+        yield from out
+
+    def _responses(self, prepared: PreparedChat, result: RouteResult, headers: dict[str, str],
+                   kw: dict[str, Any]) -> ApiResponse:
+        """The answer in the Responses API's shape: a ``response`` object, or its events."""
+        completion = chat_completion(result, prepared.chat, **kw)
+        rid, created = new_response_id(), kw["created"]
+        request = prepared.responses_body
+        if not prepared.chat.stream:
+            return ApiResponse(200, JSON, headers, body=response_object(
+                completion, response_id=rid, created_at=created, request=request))
+        events = ResponseEvents(response_id=rid, created_at=created, model=completion["model"],
+                                request=request)
+        frames = events.opening()
+        for piece in split_for_stream(result.answer):
+            frames += events.text_delta(piece)
+        return ApiResponse(200, SSE, headers, events=frames + events.closing(completion))
 
     def error(self, exc: BaseException, *, tenant: str | None = None) -> ApiResponse:
         status, body = error_body(exc)

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from memroute.api.schema import ChatRequest
-from memroute.errors import ConfigError, MemrouteError, NoTierAnswered, NotFound, RateLimited
+from memroute.errors import ConfigError, MemrouteError, NotFound, NoTierAnswered, RateLimited
 from memroute.types import RouteResult
 
 HEADER_PREFIX = "x-memroute-"
@@ -47,6 +47,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
             "output": sum(c.output_tokens for c in result.calls),
         },
         "eff_cost": round(result.eff_cost, 6),
+        "decoding": dict(result.decoding),
         "latency_ms": [round(c.latency_s * 1000.0, 3) for c in result.calls],
         "calls": [
             {
@@ -69,11 +70,49 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
 
 
 def finish_reason(result: RouteResult, max_tokens: int | None) -> str:
-    """``length`` when the answering call used its whole token budget, else ``stop``."""
+    """``tool_calls`` when the answer calls tools; ``length`` when the answering call used its
+    whole token budget (the engine says so; or, without its reply, by count), else ``stop``."""
+    if result.tool_calls:
+        return "tool_calls"
+    if result.reply is not None:
+        return "length" if result.reply.finish_reason == "length" else "stop"
     answering = [c for c in result.calls if c.accepted]
     if max_tokens is not None and answering and answering[-1].output_tokens >= max_tokens:
         return "length"
     return "stop"
+
+
+def tool_calls_json(result: RouteResult) -> list[dict[str, Any]]:
+    """The answer's tool calls in OpenAI's ``message.tool_calls`` shape."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in result.tool_calls]
+
+
+def assistant_message(result: RouteResult) -> dict[str, Any]:
+    """``choices[0].message``: text, or ``tool_calls`` (content null when there is no text)."""
+    calls = tool_calls_json(result)
+    if not calls:
+        return {"role": "assistant", "content": result.answer}
+    return {"role": "assistant", "content": result.answer or None, "tool_calls": calls}
+
+
+def _bytes(text: str) -> list[int]:
+    return list(text.encode("utf-8", "surrogatepass"))
+
+
+def logprobs_json(result: RouteResult) -> dict[str, Any] | None:
+    """``choices[0].logprobs`` from the answering tier's reply, when the client asked for them
+    (``logprobs: true``): per token its text, log-prob and the top alternatives."""
+    reply = result.reply
+    if reply is None or reply.token_texts is None:
+        return None
+    tops = reply.top_logprobs or [[] for _ in reply.token_texts]
+    content = [
+        {"token": tok, "logprob": lp, "bytes": _bytes(tok),
+         "top_logprobs": [{"token": t, "logprob": v, "bytes": _bytes(t)} for t, v in alts]}
+        for tok, lp, alts in zip(reply.token_texts, reply.logprobs, tops)
+    ]
+    return {"content": content, "refusal": None}
 
 
 def chat_completion(
@@ -94,8 +133,8 @@ def chat_completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.answer},
-                "logprobs": None,
+                "message": assistant_message(result),
+                "logprobs": logprobs_json(result),
                 "finish_reason": finish,
             }
         ],
@@ -132,6 +171,45 @@ def split_for_stream(text: str) -> list[str]:
     return re.findall(r"\s*\S+|\s+$", text)
 
 
+class ChatChunks:
+    """Server-sent events in OpenAI's ``chat.completion.chunk`` shape, built as the answer comes:
+    ``opening()`` (the role chunk), ``delta(text)`` per piece of text, then ``closing(result)``:
+    the tool calls (if any), the token log-probs (if asked), a final chunk with
+    ``finish_reason`` and the ``memroute`` report, a usage-only chunk (``choices: []``) if the
+    client asked for it, and ``[DONE]``."""
+
+    def __init__(self, request: ChatRequest, *, created: int, completion_id: str) -> None:
+        self.request = request
+        self.head = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
+                     "model": request.model}
+
+    def _chunk(self, delta: dict[str, Any], reason: str | None, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        return sse({**self.head, "choices": [choice], **extra})
+
+    def opening(self) -> list[str]:
+        return [self._chunk({"role": "assistant", "content": ""}, None)]
+
+    def delta(self, text: str) -> list[str]:
+        return [self._chunk({"content": text}, None)] if text else []
+
+    def closing(self, result: RouteResult, finish: str) -> list[str]:
+        events = []
+        calls = tool_calls_json(result)
+        if calls:  # each call whole in one delta, as OpenAI's first chunk of a call carries its id
+            events.append(self._chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]},
+                                      None))
+        lp = logprobs_json(result)
+        if lp is not None:  # the tokens' log-probs after the text
+            events.append(sse({**self.head, "choices": [{"index": 0, "delta": {}, "logprobs": lp,
+                                                         "finish_reason": None}]}))
+        events.append(self._chunk({}, finish, memroute={**memroute_report(result),
+                                                        "controls": self.request.controls.echo()}))
+        if self.request.include_usage:
+            events.append(sse({**self.head, "choices": [], "usage": usage(result)}))
+        return events + ["data: [DONE]\n\n"]
+
+
 def stream_chunks(
     result: RouteResult,
     request: ChatRequest,
@@ -140,29 +218,12 @@ def stream_chunks(
     completion_id: str,
     finish: str = "stop",
 ) -> list[str]:
-    """Server-sent events in OpenAI's ``chat.completion.chunk`` shape, ending with ``[DONE]``.
-
-    A role chunk, one chunk per word, a final chunk with ``finish_reason`` and the ``memroute``
-    report, a usage-only chunk (``choices: []``) if the client asked for it, then ``[DONE]``.
-    """
-
-    def chunk(delta: dict[str, Any], reason: str | None, **extra: Any) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-        return {**head, "choices": [choice], **extra}
-
-    head = {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": request.model,
-    }
-    events = [chunk({"role": "assistant", "content": ""}, None)]
-    events += [chunk({"content": piece}, None) for piece in split_for_stream(result.answer)]
-    events.append(chunk({}, finish, memroute={**memroute_report(result),
-                                              "controls": request.controls.echo()}))
-    if request.include_usage:
-        events.append({**head, "choices": [], "usage": usage(result)})
-    return [sse(e) for e in events] + ["data: [DONE]\n\n"]
+    """A complete answer as its whole stream: the opening, one chunk per word, the closing."""
+    chunks = ChatChunks(request, created=created, completion_id=completion_id)
+    events = chunks.opening()
+    for piece in split_for_stream(result.answer):
+        events += chunks.delta(piece)
+    return events + chunks.closing(result, finish)
 
 
 def sse(payload: dict[str, Any]) -> str:

@@ -3,29 +3,24 @@
 Every problem raises before any model or store is touched, as :class:`InvalidRequest` (400),
 :class:`NotFound` (404, unknown model) or :class:`PayloadTooLarge` (413), with ``field`` set to
 the JSON path of the bad value (``messages[1].content``) so the error body's ``param`` names it.
-Fields OpenAI defines but memroute does not use (``top_p``, ``stop``, ``seed``, ...) and unknown
-fields are ignored, as OpenAI does. Every string that is used (``model``, each message's content or
-text part, ``user``) must be valid Unicode without NUL (:func:`_check_text`), so a request that
+Messages (tool calls and results included): :mod:`memroute.api.messages`; generation settings
+and tools: :mod:`memroute.api.generation`. Unknown fields are ignored, as OpenAI does. Every
+string that is used must be valid Unicode without NUL (:func:`check_text`), so a request that
 would fail inside a tokenizer or the store is refused here, alone, before it joins a batch.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memroute.api.controls import Controls, parse_controls, tier_model_names
+from memroute.api.generation import Generation, parse_generation
+from memroute.api.messages import check_text, json_type, parse_messages
 from memroute.config.api import ApiLimits
 from memroute.errors import InvalidRequest, NotFound, PayloadTooLarge
 from memroute.types import Message
-
-ROLES = ("system", "user", "assistant")
-# Lone UTF-16 surrogate halves (JSON allows "\ud800"; UTF-8 cannot encode them: the tokenizers
-# raise) and NUL (the embedder's tokenizer silently drops it; C-string paths may cut at it).
-_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -34,8 +29,7 @@ class ChatRequest:
     messages: list[Message]  # content already flattened to text
     user: str  # the client's `user`, or the configured default user
     user_given: bool  # False when `user` was absent or null
-    max_tokens: int | None = None  # None: the router's configured max_tokens
-    temperature: float | None = None  # None: the back end's default (greedy)
+    generation: Generation = field(default_factory=Generation)  # the client's settings, tools
     stream: bool = False
     include_usage: bool = False  # stream_options.include_usage: a final usage-only chunk
     input_chars: int = 0
@@ -43,8 +37,16 @@ class ChatRequest:
 
     @property
     def query(self) -> str:
-        """What the router answers: the last (user) message."""
-        return self.messages[-1].content
+        """What the router answers: the last user message (tool results may follow it)."""
+        return next(m.content for m in reversed(self.messages) if m.role == "user")
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.generation.max_tokens
+
+    @property
+    def temperature(self) -> float | None:
+        return self.generation.temperature
 
 
 def check_body_size(n_bytes: int, limits: ApiLimits) -> None:
@@ -70,7 +72,7 @@ def parse_chat_request(
     (:mod:`memroute.api.controls`, which also reads ``headers``)."""
     if not isinstance(body, dict):
         raise InvalidRequest(
-            f"the request body must be a JSON object, got {_json_type(body)}", field="body"
+            f"the request body must be a JSON object, got {json_type(body)}", field="body"
         )
     pins = dict(zip(tier_model_names(tiers), range(len(tiers))))
     model = _model(body, None if models is None else [*models, *pins])
@@ -84,8 +86,7 @@ def parse_chat_request(
         messages=messages,
         user=user,
         user_given=user_given,
-        max_tokens=_max_tokens(body, limits),
-        temperature=_temperature(body),
+        generation=parse_generation(body, limits),
         stream=_optional_bool(body, "stream"),
         include_usage=_include_usage(body),
         input_chars=input_chars,
@@ -101,8 +102,8 @@ def _model(body: dict, models: Collection[str] | None) -> str:
         raise InvalidRequest("model is required", field="model")
     model = body["model"]
     if not isinstance(model, str):
-        raise InvalidRequest(f"model must be a string, got {_json_type(model)}", field="model")
-    _check_text(model, "model")
+        raise InvalidRequest(f"model must be a string, got {json_type(model)}", field="model")
+    check_text(model, "model")
     if not model.strip():
         raise InvalidRequest("model must not be empty", field="model")
     if models is not None and model not in models:
@@ -114,32 +115,8 @@ def _model(body: dict, models: Collection[str] | None) -> str:
 
 
 def _messages(body: dict, limits: ApiLimits) -> tuple[list[Message], int]:
-    raw = body.get("messages")
-    if raw is None:
-        raise InvalidRequest("messages is required", field="messages")
-    if not isinstance(raw, list):
-        raise InvalidRequest(
-            f"messages must be an array of messages, got {_json_type(raw)}", field="messages"
-        )
-    if not raw:
-        raise InvalidRequest("messages must contain at least one message", field="messages")
-    if len(raw) > limits.max_messages:
-        raise PayloadTooLarge(
-            f"messages has {len(raw)} messages; the limit is {limits.max_messages}",
-            field="messages",
-        )
-    out = [_message(m, f"messages[{i}]") for i, m in enumerate(raw)]
-    last = len(out) - 1
-    if out[last].role != "user":
-        raise InvalidRequest(
-            f"the last message must be from the user, got role {out[last].role!r}",
-            field=f"messages[{last}].role",
-        )
-    if not out[last].content.strip():
-        raise InvalidRequest(
-            "the last user message has no text", field=f"messages[{last}].content"
-        )
-    total = sum(len(m.content) for m in out)
+    out = parse_messages(body.get("messages"), max_messages=limits.max_messages)
+    total = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in out)
     if total > limits.max_input_chars:
         raise PayloadTooLarge(
             f"messages hold {total} characters of content; the limit is {limits.max_input_chars}",
@@ -148,58 +125,13 @@ def _messages(body: dict, limits: ApiLimits) -> tuple[list[Message], int]:
     return out, total
 
 
-def _message(raw: Any, path: str) -> Message:
-    if not isinstance(raw, dict):
-        raise InvalidRequest(f"{path} must be an object, got {_json_type(raw)}", field=path)
-    role = raw.get("role")
-    if role is None:
-        raise InvalidRequest(f"{path}.role is required", field=f"{path}.role")
-    if role not in ROLES:
-        shown = repr(role[:40]) if isinstance(role, str) else _json_type(role)
-        raise InvalidRequest(
-            f"{path}.role must be one of {', '.join(ROLES)}, got {shown}", field=f"{path}.role"
-        )
-    return Message(role=role, content=_content(raw.get("content"), f"{path}.content"))
-
-
-def _content(raw: Any, path: str) -> str:
-    """A string, or an array of ``{"type": "text", "text": ...}`` parts joined by newlines."""
-    if isinstance(raw, str):
-        return _check_text(raw, path)
-    if raw is None:
-        raise InvalidRequest(f"{path} is required", field=path)
-    if not isinstance(raw, list):
-        raise InvalidRequest(
-            f"{path} must be a string or an array of text parts, got {_json_type(raw)}", field=path
-        )
-    texts = []
-    for j, part in enumerate(raw):
-        p = f"{path}[{j}]"
-        if not isinstance(part, dict):
-            raise InvalidRequest(f"{p} must be an object, got {_json_type(part)}", field=p)
-        if part.get("type") != "text":
-            kind = part.get("type")
-            shown = repr(kind[:40]) if isinstance(kind, str) else _json_type(kind)
-            raise InvalidRequest(
-                f"{p}.type must be 'text' (only text content is supported), got {shown}",
-                field=f"{p}.type",
-            )
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise InvalidRequest(
-                f"{p}.text must be a string, got {_json_type(text)}", field=f"{p}.text"
-            )
-        texts.append(_check_text(text, f"{p}.text"))
-    return "\n".join(texts)
-
-
 def _user(body: dict, limits: ApiLimits, default_user: str) -> tuple[str, bool]:
     user = body.get("user")
     if user is None:
         return default_user, False
     if not isinstance(user, str):
-        raise InvalidRequest(f"user must be a string, got {_json_type(user)}", field="user")
-    _check_text(user, "user")
+        raise InvalidRequest(f"user must be a string, got {json_type(user)}", field="user")
+    check_text(user, "user")
     if not user:
         raise InvalidRequest("user must not be empty (omit it for the default user)", field="user")
     if len(user) > limits.max_user_chars:
@@ -209,50 +141,12 @@ def _user(body: dict, limits: ApiLimits, default_user: str) -> tuple[str, bool]:
     return user, True
 
 
-def _max_tokens(body: dict, limits: ApiLimits) -> int | None:
-    # `max_completion_tokens` is OpenAI's newer name for the same limit.
-    given = {k: body[k] for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None}
-    if len(given) == 2 and given["max_tokens"] != given["max_completion_tokens"]:
-        raise InvalidRequest(
-            "max_tokens and max_completion_tokens disagree; send one of them",
-            field="max_completion_tokens",
-        )
-    if not given:
-        return None
-    name, value = next(iter(given.items()))
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"{name} must be an integer, got {_json_type(value)}", field=name)
-    if value < 1:
-        raise InvalidRequest(f"{name} must be at least 1, got {value}", field=name)
-    if value > limits.max_tokens:
-        raise InvalidRequest(
-            f"{name} must be at most {limits.max_tokens} on this server, got {value}", field=name
-        )
-    return value
-
-
-def _temperature(body: dict) -> float | None:
-    value = body.get("temperature")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidRequest(
-            f"temperature must be a number, got {_json_type(value)}", field="temperature"
-        )
-    # An int is compared exactly: math.isfinite(10**400) raises OverflowError (a 500 before).
-    if (isinstance(value, float) and not math.isfinite(value)) or not 0.0 <= value <= 2.0:
-        raise InvalidRequest(
-            f"temperature must be between 0 and 2, got {value}", field="temperature"
-        )
-    return float(value)
-
-
 def _optional_bool(body: dict, name: str) -> bool:
     value = body.get(name)
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise InvalidRequest(f"{name} must be a boolean, got {_json_type(value)}", field=name)
+        raise InvalidRequest(f"{name} must be a boolean, got {json_type(value)}", field=name)
     return value
 
 
@@ -262,39 +156,15 @@ def _include_usage(body: dict) -> bool:
         return False
     if not isinstance(opts, dict):
         raise InvalidRequest(
-            f"stream_options must be an object, got {_json_type(opts)}", field="stream_options"
+            f"stream_options must be an object, got {json_type(opts)}", field="stream_options"
         )
     value = opts.get("include_usage")
     if value is not None and not isinstance(value, bool):
         raise InvalidRequest(
-            f"stream_options.include_usage must be a boolean, got {_json_type(value)}",
+            f"stream_options.include_usage must be a boolean, got {json_type(value)}",
             field="stream_options.include_usage",
         )
     return bool(value)
-
-
-def _check_text(text: str, path: str) -> str:
-    """``text`` if the models and the store can take it, else :class:`InvalidRequest` naming
-    ``path``, the code point and its position.
-
-    Refused, not repaired: replacing a lone surrogate with U+FFFD (or dropping a NUL) would
-    answer, and remember for good, a text the client did not send, and hide a broken client
-    encoder; a 400 naming the field is visible and the client can fix and resend.
-    """
-    bad = _BAD_TEXT.search(text)
-    if bad is None:
-        return text
-    cp = ord(bad.group())
-    at = bad.start()
-    if cp == 0:
-        raise InvalidRequest(
-            f"{path} contains a NUL character (U+0000) at position {at}; remove it", field=path
-        )
-    raise InvalidRequest(
-        f"{path} is not valid Unicode: a lone surrogate U+{cp:04X} at position {at} (half of a "
-        "UTF-16 pair) cannot be encoded as UTF-8; send the whole character or remove it",
-        field=path,
-    )
 
 
 def _check_n(body: dict) -> None:
@@ -302,20 +172,3 @@ def _check_n(body: dict) -> None:
     value = body.get("n")
     if value is not None and (isinstance(value, bool) or value != 1):
         raise InvalidRequest(f"n must be 1 on this server, got {value!r}", field="n")
-
-
-def _json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type, for messages a client understands."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__

@@ -86,6 +86,10 @@ class RetrievalConfig:
     rerank_weight: float = 0.7
     token_budget: int = 1024  # injected-memory tokens for escalation tiers
     probe_token_budget: int = 512  # injected-memory tokens for the first (probe) tier
+    # Inside a conversation: auto adds the names a follow-up refers to ("when did she start?")
+    # from the preceding user turn (LoCoMo follow-ups R@5 0.754 -> 0.761; docs/BENCHMARKS.md);
+    # always: the preceding user turn (0.650: it imports the old topic); never: the turn alone.
+    followup: str = "auto"
 
 
 @dataclass
@@ -127,8 +131,11 @@ class RouterConfig:
     l_min: float = -3.0
     use_memory: bool = True
     use_routing: bool = True  # False: the first tier answers everything
-    max_tokens: int = 32
+    max_tokens: int = 32  # a request's max_tokens overrides it
     store_answers: bool = True  # cross-model memory: store every answered turn-pair
+    # greedy: a tier that may still escalate decodes greedily (tau is calibrated on greedy
+    # answers); client: with the client's temperature/top_p/seed (memroute/routing/decoding.py)
+    probe_decoding: str = "greedy"
     # Short answers and absolute dates: on LoCoMo (50 q, Qwen 0.5B, warm) this prompt gave F1 28.3
     # against 12.6 for "answer in a few words" (full sentences and "last Saturday" cost token F1).
     system_prompt: str = (

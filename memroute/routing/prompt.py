@@ -55,12 +55,14 @@ def build_messages(
     query: str,
     hits: Sequence[RetrievalHit] = (),
     history: Sequence[Message] = (),
+    tail: Sequence[Message] = (),
 ) -> list[Message]:
-    """System prompt (with the memory block appended), the conversation so far, the question."""
+    """System prompt (with the memory block appended), the conversation so far, the question,
+    and what followed it in this turn (the assistant's tool calls and their results)."""
     system = system_prompt
     if hits:
         system = f"{system_prompt}\n\n{render_memory_block(hits)}"
-    return [Message("system", system), *history, Message("user", query)]
+    return [Message("system", system), *history, Message("user", query), *tail]
 
 
 def trim_history(

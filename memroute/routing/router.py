@@ -16,19 +16,29 @@ no answer from any tier the member gets :class:`~memroute.errors.NoTierAnswered`
 from __future__ import annotations
 
 import logging
-
 import time
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Sequence
 
 from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
-from memroute.errors import BackendUnavailable, InvalidRequest, MemrouteError, NoTierAnswered
+from memroute.errors import BackendError, ConfigError, InvalidRequest
 from memroute.llm.base import Backend
-from memroute.routing.isolation import Steps, keep
-from memroute.routing.prompt import build_messages, select_within_budget, trim_history
-from memroute.text.clip import clip_utf8
+from memroute.llm.options import GenerationOptions
+from memroute.retrieval.followup import FOLLOWUP_MODES, retrieval_query
 from memroute.routing.confidence import CONFIDENCE
+from memroute.routing.decoding import (
+    Decoding,
+    check_probe_decoding,
+    count_prompt,
+    decoding_for,
+    generate_grouped,
+)
+from memroute.routing.isolation import Steps, keep
+from memroute.routing.members import Pending, Prompt
+from memroute.routing.prompt import build_messages, select_within_budget, trim_history
+from memroute.routing.tier_failures import degrade_unreadable_memory, own_fault, skip_failed_tier
+from memroute.text.clip import clip_utf8
 from memroute.types import (
     CallRecord,
     Message,
@@ -73,69 +83,32 @@ class RouteRequest:
     turn_index: int | None = None
     system: str | None = None  # the client's system prompt; None: the router's own
     history: tuple[Message, ...] = ()  # the client's earlier turns, oldest first
+    # After the question: the assistant's tool calls and their results (a tool loop's 2nd step).
+    tail: tuple[Message, ...] = ()
+    # The client's generation settings (memroute.routing.decoding); None: the router's.
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: tuple[str, ...] | None = None
+    options: GenerationOptions | None = None
     # Per-request controls (memroute.api.controls): remember this turn, read memory, pin a
     # tier (None: the cascade), this request's tau (None: the router's).
     store: bool = True
     use_memory: bool = True
     tier: int | None = None
     tau: float | None = None
-
-
-@dataclass
-class _Pending:
-    index: int
-    hits: list[RetrievalHit]
-    confidences: list[float] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
-    memory_degraded: bool = False
-    skipped: list[int] = field(default_factory=list)  # tiers that failed for this member
-    tier_errors: list[str] = field(default_factory=list)  # each failed tier's error, for logs
-    tier_reasons: list[str] = field(default_factory=list)  # "tier 1 (model) down", for clients
-    rejected: tuple[int, str, _Prompt, ModelReply] | None = None  # latest below-tau answer
-    pinned: bool = False  # the request named its tier: answered there, not escalated
-
-
-@dataclass
-class _Prompt:
-    messages: list[Message]
-    memories: list[RetrievalHit]  # the hits that fit the tier's budget
-    base_tokens: int  # the prompt's tokens without the memory block and the history
-    history_tokens: int = 0  # what the client's earlier turns add
+    stream: bool = False  # the client streams: the tier that answers for sure streams its tokens
 
 
 def _identity(i: int) -> int:
     return i
 
 
-def _index(p: _Pending) -> int:
+def _index(p: Pending) -> int:
     return p.index
 
 
-def _member_index(member: tuple[_Pending, _Prompt]) -> int:
+def _member_index(member: tuple[Pending, Prompt]) -> int:
     return member[0].index
-
-
-def _own_fault(exc: Exception) -> bool:
-    """A request's own bad input (a 4xx), as opposed to a tier or store that failed under it."""
-    return isinstance(exc, MemrouteError) and exc.status < 500
-
-
-def _describe(exc: Exception) -> str:
-    return exc.message if isinstance(exc, MemrouteError) else f"{type(exc).__name__}: {exc}"
-
-
-def _degrade_unreadable_memory(members: Sequence[int], hits: list) -> set[int]:
-    """A member whose memory could not be read (the store or the embedder failing: not its own
-    bad input, a 4xx) is answered without memories and flagged, rather than failed: the models
-    can still answer, and its new turn-pair still goes to the journal."""
-    degraded = set()
-    for k, (i, h) in enumerate(zip(members, hits)):
-        if isinstance(h, Exception) and not _own_fault(h):
-            log.warning("memory unreadable for a request (%s: %s); answering without it",
-                        type(h).__name__, h)
-            hits[k] = []
-            degraded.add(i)
-    return degraded
 
 
 class Router:
@@ -153,6 +126,10 @@ class Router:
         if not 0.0 <= cfg.tau <= 1.0:
             raise InvalidRequest(f"router.tau must be in [0, 1], got {cfg.tau}", field="router.tau")
         self.confidence_fn = CONFIDENCE.get(cfg.confidence, field="router.confidence")
+        check_probe_decoding(cfg.probe_decoding)
+        if retrieval.followup not in FOLLOWUP_MODES:
+            raise ConfigError(f"retrieval.followup must be one of {', '.join(FOLLOWUP_MODES)}, got "
+                              f"{retrieval.followup!r}", field="retrieval.followup")
         # Routing off = a single model answers everything.
         self.tiers = list(tiers) if cfg.use_routing else [tiers[0]]
         self.cfg = cfg
@@ -186,9 +163,9 @@ class Router:
         checked = steps.each(lambda i: self._validate(i, requests[i]), range(len(requests)))
         live, _ = keep(range(len(requests)), checked, out, _identity)
         hits = steps.batch(lambda ix: self._retrieve([requests[i] for i in ix]), live)
-        degraded = _degrade_unreadable_memory(live, hits) if steps.isolate else set()
+        degraded = degrade_unreadable_memory(live, hits) if steps.isolate else set()
         live, hits = keep(live, hits, out, _identity)
-        pending = [_Pending(i, h, memory_degraded=i in degraded, pinned=requests[i].tier is not None)
+        pending = [Pending(i, h, memory_degraded=i in degraded, pinned=requests[i].tier is not None)
                    for i, h in zip(live, hits)]
         for t, tier in enumerate(self.tiers):
             if not pending:
@@ -199,9 +176,12 @@ class Router:
             later = [p for p in pending if requests[p.index].tier not in (None, t)]
             pending = later + self._run_tier(t, tier, last, requests, here, out, steps)
         assert all(r is not None for r in out)
-        done = {i: r for i, r in enumerate(out) if isinstance(r, RouteResult)}
+        # A live stream journals its own turn-pair once its answer is complete.
+        done = {i: r for i, r in enumerate(out) if isinstance(r, RouteResult) and r.stream is None}
         if self.cfg.store_answers and self.retriever is not None:
-            answered = [i for i in done if requests[i].store]
+            # A tool-call turn is not an answer yet: the loop's last step stores the question
+            # with the final answer.
+            answered = [i for i in done if requests[i].store and not done[i].tool_calls]
             pairs = steps.each(lambda i: self._turn_pair(requests[i], done[i]), answered)
             answered, pairs = keep(answered, pairs, out, _identity)
             by_index = dict(zip(answered, pairs))  # built once: a retried write has the same ids
@@ -224,11 +204,14 @@ class Router:
         wanted = [k for k, r in enumerate(requests) if r.use_memory]
         if not wanted:
             return out
-        # A question longer than retrieval takes is searched by its start (the embedder reads
-        # only its first 256 tokens anyway); the model still gets all of it.
+        # A follow-up is searched with what it refers to (memroute.retrieval.followup). A
+        # question longer than retrieval takes is searched by its start (the embedder reads only
+        # its first 256 tokens anyway); the model still gets all of it.
+        queries = [retrieval_query(requests[k].query, requests[k].history,
+                                   when=self.retrieval.followup) for k in wanted]
         hits = self.retriever.retrieve_many(
             [requests[k].user_id for k in wanted],
-            [clip_utf8(requests[k].query, MAX_QUERY_BYTES) for k in wanted],
+            [clip_utf8(q, MAX_QUERY_BYTES) for q in queries],
             top_k=self.retrieval.top_k,
         )
         for k, h in zip(wanted, hits, strict=True):
@@ -244,36 +227,48 @@ class Router:
         probing = tier_index == 0 and len(self.tiers) > 1
         return self.retrieval.probe_token_budget if probing else self.retrieval.token_budget
 
-    def _prompt(self, t: int, tier: Tier, req: RouteRequest, hits: list[RetrievalHit]) -> _Prompt:
+    def _decoding(self, t: int, req: RouteRequest) -> Decoding:
+        probing = t < len(self.tiers) - 1 and req.tier is None
+        return decoding_for(
+            max_tokens=req.max_tokens, temperature=req.temperature, stop=req.stop,
+            options=req.options, default_max_tokens=self.cfg.max_tokens, probing=probing,
+            probe_decoding=self.cfg.probe_decoding,
+        )
+
+    def _prompt(self, t: int, tier: Tier, req: RouteRequest, hits: list[RetrievalHit]) -> Prompt:
         backend = tier.backend
+        decoding = self._decoding(t, req)
         system = self.cfg.system_prompt if req.system is None else req.system
         chosen = select_within_budget(hits, self._budget(t), backend.count_text_tokens)
-        messages = build_messages(system, req.query, chosen)
-        # Exact attribution: the same prompt without the memory block (and without the history).
-        base = backend.count_tokens(build_messages(system, req.query))
+        messages = build_messages(system, req.query, chosen, tail=req.tail)
+        # Exact attribution: the same prompt without the memory block (and without the history);
+        # the current turn (question, tool calls and results) and the offered tools are base.
+        base = count_prompt(backend, build_messages(system, req.query, tail=req.tail), req.options)
         if not req.history:
-            return _Prompt(messages, chosen, base)
-        history = self._history(tier, req, messages, chosen, system)
+            return Prompt(messages, chosen, base, decoding)
+        history = self._history(tier, req, messages, chosen, system, decoding)
         if not history:
-            return _Prompt(messages, chosen, base)
-        with_history = backend.count_tokens(build_messages(system, req.query, (), history))
-        return _Prompt(build_messages(system, req.query, chosen, history), chosen, base,
-                       history_tokens=with_history - base)
+            return Prompt(messages, chosen, base, decoding)
+        with_history = count_prompt(
+            backend, build_messages(system, req.query, (), history, req.tail), req.options)
+        return Prompt(build_messages(system, req.query, chosen, history, req.tail), chosen, base,
+                       decoding, history_tokens=with_history - base)
 
     def _history(
         self, tier: Tier, req: RouteRequest, messages: list[Message],
-        chosen: list[RetrievalHit], system: str,
+        chosen: list[RetrievalHit], system: str, decoding: Decoding,
     ) -> list[Message]:
         """The client's turns that fit what the tier's context leaves after the system prompt,
         the memories, the question and the answer; oldest dropped first."""
         backend = tier.backend
         if tier.context_tokens is None:
             return list(req.history)
-        room = tier.context_tokens - self.cfg.max_tokens
-        history = trim_history(req.history, room - backend.count_tokens(messages),
+        room = tier.context_tokens - decoding.max_tokens
+        history = trim_history(req.history, room - count_prompt(backend, messages, req.options),
                                backend.count_text_tokens)
-        while history and backend.count_tokens(
-                build_messages(system, req.query, chosen, history)) > room:
+        while history and count_prompt(
+                backend, build_messages(system, req.query, chosen, history, req.tail),
+                req.options) > room:
             history = history[1:]  # the estimate was short: drop the oldest until it fits
         return history
 
@@ -283,23 +278,28 @@ class Router:
         tier: Tier,
         last: bool,
         requests: Sequence[RouteRequest],
-        pending: list[_Pending],
+        pending: list[Pending],
         out: list[RouteResult | Exception | None],
         steps: Steps,
-    ) -> list[_Pending]:
+    ) -> list[Pending]:
         backend = tier.backend
         built = steps.each(lambda p: self._prompt(t, tier, requests[p.index], p.hits), pending)
         pending, prompts = keep(pending, built, out, _index)
-        members = list(zip(pending, prompts))  # (pending, its prompt) per member
+        members = []  # (pending, its prompt) per member; a live stream's member leaves here
+        for p, pr in zip(pending, prompts):
+            if self._streams(t, last, requests[p.index], backend):
+                out[p.index] = self._live(t, tier, p, pr, requests[p.index])
+            else:
+                members.append((p, pr))
         replies = steps.batch(
-            lambda ms: backend.generate_many(
-                [pr.messages for _, pr in ms], max_tokens=self.cfg.max_tokens
-            ),
+            lambda ms: generate_grouped(backend, [pr.messages for _, pr in ms],
+                                        [pr.decoding for _, pr in ms]),
             members,
         )
-        still: list[_Pending] = []
+        still: list[Pending] = []
         if steps.isolate:
-            members, replies = self._skip_failed_tier(t, tier, last, members, replies, out, still)
+            members, replies = skip_failed_tier(t, tier.name, backend.model_id, last, members,
+                                                replies, out, still, self._fallback)
         members, replies = keep(members, replies, out, _member_index)
         judged = steps.each(
             lambda mr: self._judge(t, tier, last or requests[mr[0][0].index].tier == t,
@@ -314,58 +314,15 @@ class Router:
                 out[p.index] = result
         return still
 
-    def _skip_failed_tier(
-        self,
-        t: int,
-        tier: Tier,
-        last: bool,
-        members: list[tuple[_Pending, _Prompt]],
-        replies: list[ModelReply | Exception],
-        out: list[RouteResult | Exception | None],
-        still: list[_Pending],
-    ) -> tuple[list[tuple[_Pending, _Prompt]], list[ModelReply | Exception]]:
-        """Members whose call to tier ``t`` failed through no fault of their own go on to the next
-        tier (or, at the last, get a fallback answer or NoTierAnswered); the rest are returned."""
-        kept: list[tuple[_Pending, _Prompt]] = []
-        kept_replies: list[ModelReply | Exception] = []
-        failed: list[Exception] = []
-        for member, reply in zip(members, replies, strict=True):
-            if not isinstance(reply, Exception) or _own_fault(reply):
-                kept.append(member)
-                kept_replies.append(reply)
-                continue
-            failed.append(reply)
-            p = member[0]
-            p.skipped.append(t)
-            p.tier_errors.append(f"tier {t} ({tier.backend.model_id}): {_describe(reply)}")
-            down = "down" if isinstance(reply, BackendUnavailable) else "failed"
-            p.tier_reasons.append(f"tier {t} ({tier.backend.model_id}) {down}")
-            if not last:
-                still.append(p)
-            elif p.rejected is not None:
-                out[p.index] = self._fallback(p)
-            else:
-                out[p.index] = NoTierAnswered(
-                    "no model tier answered: " + "; ".join(p.tier_errors),
-                    public_message="no model tier answered (" + ", ".join(p.tier_reasons)
-                    + "); the request may be retried",
-                    field="model",
-                )
-        if failed:
-            log.warning("tier %d (%s) failed for %d request(s); %s: %s", t, tier.name, len(failed),
-                        "answering with a lower tier's answer" if last else "escalating past it",
-                        _describe(failed[0]))
-        return kept, kept_replies
-
-    def _fallback(self, p: _Pending) -> RouteResult:
+    def _fallback(self, p: Pending) -> RouteResult:
         """The best answer there is when the tiers above failed: the latest rejected one."""
         assert p.rejected is not None
         t, model_id, prompt, reply = p.rejected
         for call in p.calls:
             call.accepted = call.tier == t
-        return RouteResult(reply.text.strip(), self._decision(t, model_id, p, prompt), p.calls)
+        return _result(reply, self._decision(t, model_id, p, prompt), p, prompt)
 
-    def _decision(self, t: int, model_id: str, p: _Pending, prompt: _Prompt) -> RouteDecision:
+    def _decision(self, t: int, model_id: str, p: Pending, prompt: Prompt) -> RouteDecision:
         return RouteDecision(
             answered_tier=t,
             answered_model=model_id,
@@ -377,7 +334,7 @@ class Router:
         )
 
     def _judge(
-        self, t: int, tier: Tier, last: bool, tau: float | None, p: _Pending, prompt: _Prompt,
+        self, t: int, tier: Tier, last: bool, tau: float | None, p: Pending, prompt: Prompt,
         reply: ModelReply,
     ) -> RouteResult | None:
         """Record the call on ``p``; its result when accepted, None to escalate."""
@@ -403,7 +360,59 @@ class Router:
         if not accepted:
             p.rejected = (t, backend.model_id, prompt, reply)
             return None
-        return RouteResult(reply.text.strip(), self._decision(t, backend.model_id, p, prompt), p.calls)
+        return _result(reply, self._decision(t, backend.model_id, p, prompt), p, prompt)
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    def _streams(self, t: int, last: bool, req: RouteRequest, backend: Backend) -> bool:
+        """Streamed live: a streaming request at the tier that answers it whatever its
+        confidence (the last, or its pinned tier), if the back end can stream."""
+        return req.stream and (last or req.tier == t) and callable(getattr(backend, "stream", None))
+
+    def _live(self, t: int, tier: Tier, p: Pending, prompt: Prompt, req: RouteRequest) -> RouteResult:
+        result = RouteResult("", self._decision(t, tier.backend.model_id, p, prompt), p.calls,
+                             messages=prompt.messages, decoding=prompt.decoding.report())
+        result.stream = self._live_pieces(t, tier, p, prompt, req, result)
+        return result
+
+    def _live_pieces(
+        self, t: int, tier: Tier, p: Pending, prompt: Prompt, req: RouteRequest, result: RouteResult
+    ) -> Iterator[str]:
+        """The tier's text as it is generated (leading whitespace held, as answers are
+        stripped); then the call is recorded and the turn-pair journaled, as a batch does.
+        A tier that fails before its first piece gives way to a lower tier's rejected answer,
+        as in a batch; one that fails later ends the stream with its error."""
+        reply, sent = None, ""
+        try:
+            for item in tier.backend.stream(prompt.messages, **prompt.decoding.kwargs()):
+                if isinstance(item, ModelReply):
+                    reply = item
+                    continue
+                piece = item if sent else item.lstrip()
+                if piece:
+                    sent += piece
+                    yield piece
+        except Exception as exc:  # noqa: BLE001 - re-raised unless a fallback answer exists
+            if sent or p.rejected is None or own_fault(exc):
+                raise
+            log.warning("tier %d (%s) failed while streaming; answering with a lower tier's "
+                        "answer: %s", t, tier.name, exc)
+            p.skipped.append(t)
+            final = self._fallback(p)
+            yield final.answer
+        else:
+            if reply is None:
+                raise BackendError(f"tier {tier.name}: the stream ended without its reply")
+            final = self._judge(t, tier, True, None, p, prompt, reply)
+            assert final is not None
+        # The answer is what the client was sent (an engine's final text may be detokenized
+        # differently from its increments), so the report, the Responses output and memory agree.
+        result.answer = sent.strip() or final.answer
+        result.reply, result.decision = final.reply, final.decision
+        result.calls, result.messages = final.calls, final.messages
+        if self.cfg.store_answers and self.retriever is not None and req.store \
+                and not final.tool_calls:
+            self._remember([self._turn_pair(req, result)])
 
     def _turn_pair(self, req: RouteRequest, res: RouteResult) -> TurnPair:
         now = time.time()
@@ -421,3 +430,8 @@ class Router:
             source_model=res.decision.answered_model,
             created_at=now,
         )
+
+
+def _result(reply: ModelReply, decision: RouteDecision, p: Pending, prompt: Prompt) -> RouteResult:
+    return RouteResult(reply.text.strip(), decision, p.calls, reply=reply,
+                       messages=prompt.messages, decoding=prompt.decoding.report())

@@ -33,6 +33,7 @@ from memroute.api.metrics import ApiMetrics, render
 from memroute.api.tenancy import ApiKeys
 from memroute.config.schema import is_server_uri, ordered_cascade
 from memroute.config.serve import ServeConfig, check_serve_config
+from memroute.journal.flusher import error_text
 from memroute.journal.idempotency import (
     Conflict,
     Existing,
@@ -43,8 +44,13 @@ from memroute.journal.idempotency import (
 )
 from memroute.llm.base import Backend
 from memroute.routing.router import RouteRequest
-from memroute.journal.flusher import error_text
-from memroute.serving.erasure import ErasureReport, erase_tenant, erase_user, erasure_audit, store_remover
+from memroute.serving.erasure import (
+    ErasureReport,
+    erase_tenant,
+    erase_user,
+    erasure_audit,
+    store_remover,
+)
 from memroute.serving.shadow import ShadowJudge
 from memroute.serving.tier_health import TierHealth
 from memroute.types import RouteResult, TurnPair, stable_id
@@ -135,6 +141,14 @@ class ServingCore:
         return self.api.prepare(body, authorization, idempotency_key, tenant=tenant,
                                 headers=headers)
 
+    def prepare_responses(
+        self, body: Any, authorization: str | None, idempotency_key: str | None = None,
+        *, tenant: str | None = None, headers: Mapping[str, str] | None = None,
+    ) -> PreparedChat:
+        """``POST /v1/responses``: the same request flow, answered in the Responses shape."""
+        return self.api.prepare_responses(body, authorization, idempotency_key, tenant=tenant,
+                                          headers=headers)
+
     def begin(self, prepared: PreparedChat) -> ApiResponse | None:
         """The first answer again when the request's key has one (a replay); None when there
         is no key or this request now holds it: route it, then :meth:`respond` (or
@@ -172,7 +186,8 @@ class ServingCore:
         results = self.router.route_each(requests)
         self.tier_health.observe(results)
         if self.shadow is not None:  # judged in a background thread: the answers do not wait
-            ok = [(q, r) for q, r in zip(requests, results) if isinstance(r, RouteResult)]
+            ok = [(q, r) for q, r in zip(requests, results)
+                  if isinstance(r, RouteResult) and r.stream is None]
             if ok:
                 self.shadow.offer([q for q, _ in ok], [r for _, r in ok])
         return results
@@ -188,6 +203,31 @@ class ServingCore:
                 log.exception("could not record the answer of an idempotency key")
                 self._forget(claim)
         return resp
+
+    def respond_live(self, prepared: PreparedChat, result: RouteResult, *, started: float) -> ApiResponse:
+        """A live stream (``result.stream``: the answering tier still generating). A claimed
+        key is taken now and recorded once the stream completed (or dropped if it fails or the
+        client leaves), so :meth:`release` no longer drops it under the running stream."""
+        claim = self._take_claim(prepared)
+
+        def done(frames: list[str]) -> None:
+            if claim is None:
+                return
+            resp = ApiResponse(200, "text/event-stream", {}, events=frames)
+            try:
+                self.idempotency.complete(claim, resp.to_json())
+            except Exception:  # the answer stands; a retry would run again
+                log.exception("could not record the answer of an idempotency key")
+                self._forget(claim)
+
+        def failed(exc: BaseException) -> None:
+            if not getattr(exc, "status", None):
+                log.error("a streamed answer failed: %s", error_text(exc))
+            if claim is not None:
+                self._forget(claim)
+
+        return self.api.respond_live(prepared, result, started=started, on_done=done,
+                                     on_error=failed)
 
     def error(
         self, exc: BaseException, *, tenant: str | None = None, prepared: PreparedChat | None = None
@@ -310,15 +350,20 @@ class ServingCore:
 
 def route_request(prepared: PreparedChat) -> RouteRequest:
     """The API's plain values as the Router's request (the API layer knows nothing of routing):
-    the namespace, the last user turn, the client's system prompt(s) joined, and its earlier
-    turns as history. A keyed request's turn index (so its pair id) comes from the key."""
+    the namespace, the last user turn, the client's system prompt(s) joined, its earlier turns
+    as history, what followed the question (tool calls and results), and its generation
+    settings. A keyed request's turn index (so its pair id) comes from the key."""
     key = prepared.idempotency_key
     turn = stable_id(IDEMPOTENCY_HEADER, key) if key is not None else None
-    chat, controls = prepared.chat, prepared.chat.controls
+    chat, controls, gen = prepared.chat, prepared.chat.controls, prepared.chat.generation
     systems = [m.content for m in chat.messages if m.role == "system"]
+    turns = [m for m in chat.messages if m.role != "system"]
+    asked = max(i for i, m in enumerate(turns) if m.role == "user")
     return RouteRequest(
-        user_id=prepared.user_id, query=chat.query, turn_index=turn,
+        user_id=prepared.user_id, query=turns[asked].content, turn_index=turn,
         system="\n\n".join(systems) if systems else None,
-        history=tuple(m for m in chat.messages[:-1] if m.role != "system"),
+        history=tuple(turns[:asked]), tail=tuple(turns[asked + 1:]),
         store=controls.store, use_memory=controls.use_memory, tier=controls.tier, tau=controls.tau,
+        stream=chat.stream, max_tokens=gen.max_tokens, temperature=gen.temperature, stop=gen.stop,
+        options=gen.options(),
     )

@@ -77,6 +77,8 @@ class ShadowJudge:
         for request, result in zip(requests, results):
             if result.decision.answered_tier >= self.judge_index or self._rng.random() >= self.cfg.share:
                 continue
+            if result.tool_calls or (request.options is not None and request.options.tools_on):
+                continue  # a tool turn is not an answer to compare by token F1
             try:
                 self._queue.put_nowait(_Sample(request, result))
                 queued += 1
@@ -129,9 +131,11 @@ class ShadowJudge:
                     self._queue.task_done()
 
     def _prompt(self, s: _Sample) -> list[Message]:
-        """The accepted tier's prompt as the last tier sees it: the same system prompt, memories
+        """The accepted tier's prompt, as the last tier sees it: the same system prompt, memories
         and conversation (not trimmed again: the last tier has the largest context)."""
-        r = s.request
+        if s.result.messages:
+            return list(s.result.messages)
+        r = s.request  # a result built without its prompt (tests)
         system = self.system_prompt if r.system is None else r.system
         return build_messages(system, r.query, s.result.decision.memories, r.history)
 

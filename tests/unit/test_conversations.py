@@ -112,3 +112,41 @@ def test_the_server_passes_the_clients_conversation_through(tmp_path, monkeypatc
         assert pair.user_text == "And what is her job?"
     finally:
         core.close()
+
+
+class QueryLog(FakeRetriever):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def retrieve_many(self, user_ids, queries, *, top_k=None):
+        self.queries += list(queries)
+        return super().retrieve_many(user_ids, queries, top_k=top_k)
+
+
+def test_a_follow_up_is_searched_with_the_name_it_refers_to_and_answered_as_asked():
+    log = QueryLog()
+    history = (Message("user", "What does Caroline paint?"), Message("assistant", "Sunsets."))
+    backend = FakeBackend("t0")
+    router(backend, retriever=log).route_many(
+        [RouteRequest("alice", "When did she start?", history=history),
+         RouteRequest("bob", "What does Melanie paint?", history=history)])
+    assert log.queries == ["When did she start? Caroline", "What does Melanie paint?"]
+    assert backend.prompts[0][-1] == Message("user", "When did she start?")  # the model: as sent
+
+
+def test_followup_never_searches_with_the_turn_alone_and_a_bad_mode_is_a_config_error():
+    import pytest
+
+    from memroute.errors import ConfigError
+
+    log = QueryLog()
+    history = (Message("user", "What does Caroline paint?"),)
+    Router([Tier("t0", FakeBackend("t0"), Pricing(0.5))], RouterConfig(),
+           RetrievalConfig(followup="never"), log).route_many(
+        [RouteRequest("alice", "When did she start?", history=history)])
+    assert log.queries == ["When did she start?"]
+    with pytest.raises(ConfigError) as e:
+        Router([Tier("t0", FakeBackend("t0"), Pricing(0.5))], RouterConfig(),
+               RetrievalConfig(followup="sometimes"), log)
+    assert e.value.field == "retrieval.followup"
