@@ -84,10 +84,13 @@ def run_task(dcfg: Any, schema: type[T], body: Callable[[T], int | None]) -> Non
     ``SystemExit`` passes Hydra's handler (it catches ``Exception``). A multirun trial raises
     instead, so that Hydra (or Ray) records the failed trial; a bad setting as its one line.
     """
+    from hydra.core.hydra_config import HydraConfig
+
     from memroute.config import to_object
     from memroute.logs import quiet_third_party_logs
 
-    quiet_third_party_logs()
+    if not (HydraConfig.initialized() and HydraConfig.get().verbose):  # hydra.verbose=true: all
+        quiet_third_party_logs()
     if _full_error():
         code = body(to_object(dcfg, schema))
     elif _multirun():

@@ -118,6 +118,7 @@ class VLLMBackend:
         args: dict[str, Any] = {"dtype": dtype, "max_model_len": max_model_len}
         if on_cpu:
             args["enforce_eager"] = True  # torch.compile on CPU costs minutes and needs a compiler
+        args["use_tqdm_on_load"] = False  # memroute reports "tier N ready in S s" itself
         args.update(engine_args or {})
         self.model_id = model_id
         self.path = folder
