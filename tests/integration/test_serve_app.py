@@ -433,3 +433,21 @@ def test_models_health_and_metrics(app_url):
     assert counts.get(("200", "acme"), 0) >= 1, counts
     assert counts.get(("401", "unknown"), 0) >= 1, counts
     assert "memroute_tokens_total" in r.text and "memroute_request_latency_seconds" in r.text
+
+
+# -- the unmodified-client suite (tests/integration/drop_in_suite.py) on this deployment --------
+
+from .drop_in_suite import Caps, DropInClientSuite  # noqa: E402
+
+
+class TestDropInClientCpuTiny(DropInClientSuite):
+    """SmolLM2-135M follows no output format and calls no tools (checked: 0 of 8 format
+    prompts); those two checks run on Qwen2.5 in test_drop_in_qwen.py (slow)."""
+
+    key, tenant_of_key = KEY_ACME, KEYS[KEY_ACME]
+    caps = Caps(tiers=tuple(TIER_MODELS), admin_key=ADMIN, follows_format=False,
+                reads_history=False, calls_tools=False, timeout_s=TIMEOUT)
+
+    @pytest.fixture(autouse=True)
+    def _deployed(self, app_url):
+        self.url = app_url

@@ -29,6 +29,7 @@ TIER0_RULES = [
     # A stated fact is acknowledged with its own text, so the stored turn-pair carries it.
     {"match": "(?i)\\bis [A-Z]{2}-\\d+", "answer": "Noted: {query}"},
 ]
+TOKEN_LATENCY_S = 0.1  # tier 1 generates "Large answer." in 3 pieces, one per 0.1 s
 BUDGET_S = 60.0  # deploy + every request, after Ray is up (2 shared cores)
 
 
@@ -38,6 +39,8 @@ def mock_serve_config(tmp, port: int):
 
     return serving.mock_serve_config(
         tmp, port, keys=KEYS, admin_keys=[ADMIN], tier0_rules=TIER0_RULES,
+        # token by token, so a streamed escalated answer shows its first token early
+        tier1_args={"token_latency_s": TOKEN_LATENCY_S},
         tenant_rate_limits={"initech": RateLimitConfig(requests_per_s=0.01, burst=1)},
     )
 
@@ -295,3 +298,21 @@ def test_per_request_controls_and_tier_models_through_the_openai_client(app):
     body = httpx.get(f"{url}/admin/memories", params={"tenant": "acme", "user": "pin-user"},
                      headers=auth(ADMIN), timeout=TIMEOUT).json()
     assert body["count"] + body["pending"] == 0  # store: false
+
+
+# -- the unmodified-client suite (tests/integration/drop_in_suite.py) on the mock tiers ---------
+
+from .drop_in_suite import Caps, DropInClientSuite  # noqa: E402
+
+
+class TestDropInClientMock(DropInClientSuite):
+    """The mock calls an offered tool by rule and answers with the tool's result; it follows no
+    output format and does not read the history (the token report shows the history sent)."""
+
+    key, tenant_of_key = KEY, KEYS[KEY]
+    caps = Caps(tiers=("mock-small", "mock-large"), admin_key=ADMIN, follows_format=False,
+                reads_history=False, calls_tools=True, timeout_s=TIMEOUT)
+
+    @pytest.fixture(autouse=True)
+    def _deployed(self, app):
+        self.url = app["url"]
