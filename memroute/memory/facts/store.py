@@ -1,0 +1,400 @@
+"""The fact store: facts with a lifecycle (the MSOCA memory layer), on SQLite or PostgreSQL.
+
+Rules (the schema enforces the shape of each, see :mod:`memroute.memory.facts.schema`):
+
+- **Supersession** (:meth:`FactStore.assert_fact`) is one transaction: the key's active row is
+  marked ``superseded`` (``valid_until`` = the new ``valid_from``, ``ended_at`` = now,
+  ``superseded_by`` = the new id) and the new row is inserted ``active``. ``profile`` keys work
+  the same way (last write wins, the old row kept), ``ephemeral`` rows carry ``expires_at =
+  valid_from + ephemeral_ttl_s`` and active reads hide them from then on. Nothing is deleted
+  by supersession, retraction or expiry; only :meth:`FactStore.erase_user` /
+  :meth:`FactStore.erase_tenant` (erasure) delete.
+- **Restatement** of the active value (same value and category) is a no-op returning the
+  active fact, unless (a) the fact is an expired ephemeral one (it becomes visible again as a
+  new row) or (b) the source ranks higher (``inferred`` -> ``confirmed``/``explicit``): then
+  it is an ordinary supersession with the same value, so the timeline shows when the value
+  stopped being a guess. ``explicit`` and ``confirmed`` rank alike; a lower rank never
+  downgrades. A restatement's own ``valid_from`` is ignored (the value held already).
+- **Concurrency.** SQLite: every write transaction is ``BEGIN IMMEDIATE`` (one writer at a
+  time per file). PostgreSQL (READ COMMITTED): the writer first takes a transaction-level
+  advisory lock on (user, key), then reads the active row ``FOR UPDATE``. The advisory lock is
+  what makes the first insert of a key safe (no row to lock yet) and spares a waiter the
+  READ COMMITTED re-check that would otherwise make the row it waited for vanish. The unique
+  partial index ``facts_active`` is the last guard: whatever writes, one active row per key.
+- **Time.** World time is ``valid_from``/``valid_until``; transaction time is ``recorded_at``,
+  ``ended_at``, ``retracted_at``. Transaction time never runs backwards within a key (a
+  replica whose clock lags writes the newest ``recorded_at`` again), and an interval never
+  inverts (a backdated successor closes its predecessor at the predecessor's start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, Self
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from memroute.config.facts import FactsConfig, check_facts_config, facts_backend
+from memroute.errors import ConfigError, InvalidRequest, NotFound
+from memroute.memory.facts.locks import AdvisoryLocks, LeaseLocks, fact_key_lock
+from memroute.memory.facts.schema import (
+    FACT_COLUMNS,
+    IS_ACTIVE,
+    WRITE_OPTION,
+    create_schema,
+    engine_url,
+    fact_locks,
+    facts,
+    open_engine,
+)
+from memroute.memory.facts.types import (
+    ACTIVE,
+    EPHEMERAL,
+    RETRACTED,
+    SOURCE_RANK,
+    SUPERSEDED,
+    Fact,
+    FactInput,
+    FactStoreError,
+    check_fact_id,
+    check_fact_input,
+    check_key,
+    check_time,
+)
+from memroute.namespace import SEPARATOR, validate_tenant
+from memroute.types import validate_user_id
+
+_c = facts.c
+
+
+# What session start reads: the columns an active row can hold anything in. Its status is
+# 'active', its user the one asked for and its ends NULL by the facts_lifecycle CHECK, so they
+# are filled in here: fewer columns is most of the cost of a thousand-row read in Python.
+_ACTIVE_COLUMNS = (_c.id, _c.key, _c.value, _c.category, _c.source, _c.valid_from,
+                   _c.recorded_at, _c.expires_at, _c.turn_id)
+
+
+def active_query(user_id: Any, now: Any) -> sa.Select:
+    """Session start: the user's active, unexpired facts by key. One range scan of the partial
+    index ``facts_active`` (the literal ``status = 'active'`` lets both planners match it, and
+    the index order is the key order, so there is no sort)."""
+    return (
+        sa.select(*_ACTIVE_COLUMNS)
+        .where(_c.user_id == user_id, IS_ACTIVE,
+               sa.or_(_c.expires_at.is_(None), _c.expires_at > now))
+        .order_by(_c.key)
+    )
+
+
+def _restates(current: Fact, new: FactInput, now: float) -> bool:
+    """Whether asserting ``new`` over the active ``current`` changes nothing (module doc)."""
+    if current.value != new.value or current.category != new.category:
+        return False
+    if current.expires_at is not None and current.expires_at <= now:
+        return False
+    return SOURCE_RANK[new.source] <= SOURCE_RANK[current.source]
+
+
+class FactStore:
+    """Per-user facts on one database; thread-safe (a pooled engine per store)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ephemeral_ttl_s: float = FactsConfig.ephemeral_ttl_s,
+        lock_lease_s: float = FactsConfig.lock_lease_s,
+        busy_timeout_s: float = FactsConfig.busy_timeout_s,
+        pool_size: int = FactsConfig.pool_size,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        check_facts_config(FactsConfig(url=url, ephemeral_ttl_s=ephemeral_ttl_s,
+                                       lock_lease_s=lock_lease_s, busy_timeout_s=busy_timeout_s,
+                                       pool_size=pool_size))
+        self.backend = facts_backend(url)
+        self.ephemeral_ttl_s = float(ephemeral_ttl_s)
+        self._clock = clock
+        self._closed = False
+        self._engine = open_engine(url, self.backend, busy_timeout_s=busy_timeout_s,
+                                   pool_size=pool_size)
+        sqlite = self.backend == "sqlite"
+        compiled = active_query(sa.bindparam("user_id"), sa.bindparam("now")).compile(
+            dialect=self._engine.dialect)
+        self._active_sql = (compiled.string, compiled.positiontup)
+        self._write = (self._engine.execution_options(**{WRITE_OPTION: True}) if sqlite
+                       else self._engine)
+        try:
+            try:
+                create_schema(self._write, self.backend)
+            except sa.exc.DBAPIError as exc:
+                why = f"{type(exc.orig).__name__}: {exc.orig}"
+                if sqlite:  # a file that cannot be opened, read or locked: the path is wrong
+                    raise ConfigError(f"cannot use {url} for facts: {why}",
+                                      field="facts.url") from exc
+                raise FactStoreError(f"fact store (postgresql) could not open: {why}") from exc
+            self._locks: AdvisoryLocks | LeaseLocks = (
+                LeaseLocks(self._write, lease_s=lock_lease_s, clock=clock) if sqlite
+                else AdvisoryLocks(engine_url(url, self.backend))
+            )
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    @classmethod
+    def from_config(cls, cfg: FactsConfig, *, clock: Callable[[], float] = time.time) -> FactStore:
+        check_facts_config(cfg)
+        return cls(cfg.url, ephemeral_ttl_s=cfg.ephemeral_ttl_s, lock_lease_s=cfg.lock_lease_s,
+                   busy_timeout_s=cfg.busy_timeout_s, pool_size=cfg.pool_size, clock=clock)
+
+    @property
+    def engine(self) -> Engine:
+        """The store's engine (benchmarks, maintenance); writes should go through the API."""
+        return self._engine
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _now(self, now: float | None, field: str = "now") -> float:
+        return check_time(self._clock() if now is None else now, field)
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            cause = exc.orig if exc.orig is not None else exc
+            raise FactStoreError(
+                f"fact store ({self.backend}) could not {what}: {type(cause).__name__}: {cause}"
+            ) from exc
+
+    @contextlib.contextmanager
+    def _tx(self, what: str, *, write: bool) -> Iterator[Connection]:
+        if self._closed:
+            raise FactStoreError("the fact store is closed")
+        with self._errors(what), (self._write if write else self._engine).begin() as conn:
+            yield conn
+
+    def _lock_key(self, conn: Connection, user_id: str, key: str) -> None:
+        """PostgreSQL: serialize writers of (user, key) until this transaction ends."""
+        if self.backend == "postgresql":
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(fact_key_lock(user_id, key))))
+
+    def _for_update(self, query: sa.Select) -> sa.Select:
+        return query.with_for_update() if self.backend == "postgresql" else query
+
+    # -- facts ------------------------------------------------------------------------------
+
+    def assert_fact(self, user_id: str, fact: FactInput, *, now: float | None = None) -> Fact:
+        """Record ``fact`` for ``user_id`` at ``now`` (transaction time) and return the active
+        fact of its key afterwards: the new row, or the existing one for a restatement."""
+        uid = validate_user_id(user_id)
+        new = check_fact_input(fact)
+        at = self._now(now)
+        valid_from = at if new.valid_from is None else float(new.valid_from)
+        with self._tx("assert a fact", write=True) as conn:
+            self._lock_key(conn, uid, new.key)
+            row = conn.execute(self._for_update(
+                sa.select(*FACT_COLUMNS).where(_c.user_id == uid, _c.key == new.key, IS_ACTIVE)
+            )).first()
+            current = Fact(*row) if row is not None else None
+            if current is not None and _restates(current, new, at):
+                return current
+            recorded = at if current is None else max(at, current.recorded_at)
+            if current is not None:  # first out of the unique active slot, then the new row in
+                conn.execute(sa.update(facts).where(_c.id == current.id).values(
+                    status=SUPERSEDED, valid_until=max(valid_from, current.valid_from),
+                    ended_at=recorded,
+                ))
+            expires = valid_from + self.ephemeral_ttl_s if new.category == EPHEMERAL else None
+            values = {
+                "user_id": uid, "key": new.key, "value": new.value, "category": new.category,
+                "source": new.source, "status": ACTIVE, "valid_from": valid_from,
+                "recorded_at": recorded, "expires_at": expires, "turn_id": new.turn_id,
+            }
+            new_id = int(conn.execute(sa.insert(facts).values(**values)).inserted_primary_key[0])
+            if current is not None:
+                conn.execute(sa.update(facts).where(_c.id == current.id)
+                             .values(superseded_by=new_id))
+        return Fact(id=new_id, valid_until=None, ended_at=None, retracted_at=None,
+                    superseded_by=None, **values)
+
+    def active(self, user_id: str, *, now: float | None = None) -> list[Fact]:
+        """The user's active facts not expired at ``now``, ordered by key (session start)."""
+        uid = validate_user_id(user_id)
+        at = self._now(now)
+        sql, names = self._active_sql
+        params: Any = {"user_id": uid, "now": at}
+        if names is not None:  # a positional paramstyle (SQLite's qmark)
+            params = tuple(params[n] for n in names)
+        with self._tx("read active facts", write=False) as conn:
+            # The hot path: the SQL was compiled once, and the driver's own cursor skips
+            # SQLAlchemy's Row objects (a third of the time of a thousand-row read).
+            cur = conn.connection.dbapi_connection.cursor()
+            try:
+                cur.execute(sql, params)
+                rows = cur.fetchall()
+            except self._engine.dialect.loaded_dbapi.Error as exc:
+                raise FactStoreError(f"fact store ({self.backend}) could not read active "
+                                     f"facts: {type(exc).__name__}: {exc}") from exc
+            finally:
+                cur.close()
+        make = Fact._make
+        return [make((i, uid, k, v, c, s, ACTIVE, vf, None, rec, None, exp, None, None, t))
+                for i, k, v, c, s, vf, rec, exp, t in rows]
+
+    def timeline(self, user_id: str, key: str) -> list[Fact]:
+        """Every row of ``key`` (all statuses, expired ones too) by ``recorded_at``: the audit."""
+        uid = validate_user_id(user_id)
+        check_key(key)
+        query = (sa.select(*FACT_COLUMNS).where(_c.user_id == uid, _c.key == key)
+                 .order_by(_c.recorded_at, _c.id))
+        with self._tx("read a timeline", write=False) as conn:
+            return [Fact(*r) for r in conn.execute(query)]
+
+    def as_of(
+        self, user_id: str, key: str, *, valid_at: float, known_at: float | None = None
+    ) -> Fact | None:
+        """The fact of ``key`` that was true in the world at ``valid_at``, as the store knew it
+        at ``known_at`` (default now): rows recorded by then, not yet retracted then, whose
+        world interval (its end only if that end was recorded by then, and an ephemeral
+        fact's expiry) holds ``valid_at``. The newest recorded one wins an overlap."""
+        uid = validate_user_id(user_id)
+        check_key(key)
+        world = check_time(valid_at, "valid_at")
+        known = self._now(known_at, "known_at")
+        query = (
+            sa.select(*FACT_COLUMNS)
+            .where(
+                _c.user_id == uid, _c.key == key,
+                _c.recorded_at <= known,
+                sa.or_(_c.retracted_at.is_(None), _c.retracted_at > known),
+                _c.valid_from <= world,
+                sa.or_(_c.ended_at.is_(None), _c.ended_at > known, _c.valid_until > world),
+                sa.or_(_c.expires_at.is_(None), _c.expires_at > world),
+            )
+            .order_by(_c.recorded_at.desc(), _c.id.desc())
+            .limit(1)
+        )
+        with self._tx("read a fact as of a time", write=False) as conn:
+            row = conn.execute(query).first()
+        return Fact(*row) if row is not None else None
+
+    def retract(self, user_id: str, fact_id: int, *, now: float | None = None) -> Fact:
+        """Mark one of the user's facts ``retracted`` (kept for the audit). An active fact's
+        world interval ends at ``now``; a superseded one keeps its end. Idempotent."""
+        uid = validate_user_id(user_id)
+        fid = check_fact_id(fact_id)
+        at = self._now(now)
+        with self._tx("retract a fact", write=True) as conn:
+            row = conn.execute(self._for_update(
+                sa.select(*FACT_COLUMNS).where(_c.id == fid, _c.user_id == uid)
+            )).first()
+            if row is None:  # unknown, or another user's: the same answer for both
+                raise NotFound(f"no fact {fid} for this user", field="fact_id")
+            fact = Fact(*row)
+            if fact.status == RETRACTED:
+                return fact
+            changes: dict[str, object] = {"status": RETRACTED,
+                                          "retracted_at": max(at, fact.recorded_at)}
+            if fact.status == ACTIVE:
+                changes["valid_until"] = max(at, fact.valid_from)
+                changes["ended_at"] = changes["retracted_at"]
+            conn.execute(sa.update(facts).where(_c.id == fid).values(**changes))
+        return fact._replace(**changes)
+
+    # -- erasure (the only deletes) ---------------------------------------------------------
+
+    def erase_user(self, user_id: str) -> int:
+        """Delete every fact of ``user_id`` (GDPR erasure); the number of rows removed."""
+        uid = validate_user_id(user_id)
+        return self._erase(_c.user_id == uid, fact_locks.c.user_id == uid)
+
+    def erase_tenant(self, tenant: str) -> int:
+        """Delete every fact of every user ``tenant:*``; the number of rows removed."""
+        validate_tenant(tenant)
+        prefix = f"{tenant}{SEPARATOR}"
+        upper = f"{tenant}{chr(ord(SEPARATOR) + 1)}"  # 'acme;': the first id after 'acme:*'
+
+        def of_tenant(col: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+            # the range is an index scan; the substr test keeps it exact under any collation
+            return sa.and_(col >= prefix, col < upper,
+                           sa.func.substr(col, 1, len(prefix)) == prefix)
+
+        return self._erase(of_tenant(_c.user_id), of_tenant(fact_locks.c.user_id))
+
+    def _erase(self, fact_rows: sa.ColumnElement[bool], lock_rows: sa.ColumnElement[bool]) -> int:
+        now = float(self._clock())
+        with self._tx("erase facts", write=True) as conn:
+            removed = conn.execute(sa.delete(facts).where(fact_rows)).rowcount
+            if self.backend == "sqlite":  # expired leases name the user too; held ones stay
+                conn.execute(sa.delete(fact_locks).where(lock_rows, fact_locks.c.expires_at <= now))
+        return int(removed)
+
+    # memroute.serving.erasure's UserCache protocol: the store can be one of its `caches`.
+    forget_user = erase_user
+    forget_tenant = erase_tenant
+
+    # -- the per-user extraction lock -------------------------------------------------------
+
+    @staticmethod
+    def _owner(owner: object) -> str:
+        if not isinstance(owner, str) or not owner or len(owner) > 200:
+            raise InvalidRequest("owner must be a non-empty string of at most 200 characters",
+                                 field="owner")
+        return owner
+
+    def try_user_lock(self, user_id: str, *, owner: str) -> bool:
+        """Take ``user_id``'s extraction lock for ``owner`` if no other owner holds it (in any
+        process on this database); True if ``owner`` holds it now (see :mod:`.locks`)."""
+        uid = validate_user_id(user_id)
+        owner = self._owner(owner)
+        with self._errors("take a user lock"):
+            if self._closed:
+                raise FactStoreError("the fact store is closed")
+            return self._locks.try_acquire(uid, owner)
+
+    def release_user_lock(self, user_id: str, *, owner: str) -> bool:
+        """Release the lock if ``owner`` holds it; False if it did not (or the store was closed,
+        which released its locks)."""
+        uid = validate_user_id(user_id)
+        owner = self._owner(owner)
+        if self._closed:
+            return False
+        with self._errors("release a user lock"):
+            return self._locks.release(uid, owner)
+
+    @contextlib.contextmanager
+    def user_lock(self, user_id: str, *, owner: str | None = None) -> Iterator[bool]:
+        """``with store.user_lock(uid) as got:`` -- ``got`` says whether this holder has it;
+        released on exit if it was taken here."""
+        owner = owner if owner is not None else f"lock-{uuid.uuid4().hex}"
+        got = self.try_user_lock(user_id, owner=owner)
+        try:
+            yield got
+        finally:
+            if got:
+                self.release_user_lock(user_id, owner=owner)
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the locks this store holds and close its connections (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._locks.close()
+        finally:
+            self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["FactStore", "active_query"]
