@@ -29,11 +29,13 @@ from memroute.config.schema import (
 
 if TYPE_CHECKING:
     from memroute.accounting.cost import Pricing
+    from memroute.config.facts import FactsConfig
     from memroute.config.journal import JournalConfig
     from memroute.embedding.base import Encoder
     from memroute.journal.sqlite_journal import Journal
     from memroute.assets.store import AssetStore
     from memroute.llm.base import Backend
+    from memroute.memory.facts import FactStore
     from memroute.memory.milvus_store import MilvusMemoryStore
     from memroute.retrieval.bm25 import BM25Cache
     from memroute.retrieval.retriever import HybridRetriever
@@ -181,6 +183,21 @@ def router(
     from memroute.routing.router import Router
 
     return Router(list(tier_list), cfg, retrieval, memory_retriever)
+
+
+def facts(cfg: FactsConfig) -> FactStore:
+    """The fact store; a SQLite file's path made absolute, as the journal's is."""
+    from dataclasses import replace
+
+    from memroute.config.facts import SQLITE_PREFIXES
+    from memroute.memory.facts import FactStore
+
+    for prefix in SQLITE_PREFIXES:
+        if cfg.url.startswith(prefix):
+            path = Path(cfg.url[len(prefix):]).expanduser().resolve()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cfg = replace(cfg, url=f"{prefix}{path}")
+    return FactStore.from_config(cfg)
 
 
 def journal(cfg: JournalConfig) -> Journal:

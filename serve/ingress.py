@@ -27,6 +27,7 @@ from memroute.api.responses import error_body, error_object
 from memroute.config.schema import ordered_cascade
 from memroute.config.serve import ServeConfig
 from memroute.errors import InvalidRequest, MethodNotAllowed, NotFound
+from memroute.serving.fact_requests import fact_id
 from memroute.types import RouteResult
 
 # The schema is an operator surface: served behind the admin key below, not by FastAPI openly.
@@ -190,6 +191,49 @@ class RouterIngress:
         except Exception as exc:  # noqa: BLE001
             return _http(self.core.error(exc))
         return JSONResponse({"object": "memory.erasure", "user": user, **report.to_json()})
+
+    # -- the fact layer: the caller's tenant, ?user= (or the body's "user") names the user -----
+
+    async def _memory_call(self, request: Request, call: Any, *args: Any,
+                           user: str | None = None) -> Response:
+        try:
+            tenant = self.core.admit(request.headers.get("authorization"))
+            user_id = self.core.api.namespace_of(tenant, user or request.query_params.get("user"))
+            body = await asyncio.to_thread(call, user_id, *args)
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        return JSONResponse(body)
+
+    @app.get("/v1/memory/session-start")
+    async def session_start(self, request: Request) -> Response:
+        """Profile, active facts, recent turns, a context block and the memory-search tool."""
+        return await self._memory_call(request, self.core.session_start)
+
+    @app.get("/v1/memory/facts")
+    async def list_facts(self, request: Request) -> Response:
+        """Active facts; ``?key=`` gives that key's whole timeline (superseded, retracted)."""
+        return await self._memory_call(request, self.core.list_facts,
+                                       request.query_params.get("key"))
+
+    @app.post("/v1/memory/facts")
+    async def assert_fact(self, request: Request) -> Response:
+        """State a fact (``{"user", "key", "value", ...}``): the key's old value is superseded."""
+        try:
+            body = await self._json_body(request)
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        user = body.get("user") if isinstance(body, dict) else None
+        return await self._memory_call(request, self.core.assert_fact, body,
+                                       user=user if isinstance(user, str) else None)
+
+    @app.post("/v1/memory/facts/{fact}/retract")
+    async def retract_fact(self, fact: str, request: Request) -> Response:
+        """Retract one fact (kept, status ``retracted``) of ``?user=``."""
+        try:
+            fid = fact_id(fact)
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        return await self._memory_call(request, self.core.retract_fact, fid)
 
     @app.get("/healthz")
     async def healthz(self) -> Response:

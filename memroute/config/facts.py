@@ -23,6 +23,7 @@ class FactsConfig:
     lock_lease_s: float = 600.0  # SQLite: a per-user lock not released by then is taken over
     busy_timeout_s: float = 10.0  # SQLite: how long a write waits for the file's write lock
     pool_size: int = 5  # connections kept per store (and per process)
+    recent_turns: int = 5  # turn-pairs session start returns with the facts
 
 
 def _scheme(url: str) -> str:

@@ -8,7 +8,7 @@ no ``deploy`` entry gets the defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memroute.config.api import ApiConfig, check_api_config
@@ -25,6 +25,7 @@ from memroute.config.schema import (
 )
 from memroute.errors import ConfigError
 from memroute.config.journal import JournalConfig, check_journal_config
+from memroute.config.facts import FactsConfig, check_facts_config
 
 
 @dataclass
@@ -115,6 +116,8 @@ class ServeConfig:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
     journal: JournalConfig = field(default_factory=JournalConfig)
+    # url "" (the default): a SQLite file beside the journal (served_facts_config)
+    facts: FactsConfig = field(default_factory=lambda: FactsConfig(url=""))
     api: ApiConfig = field(default_factory=ApiConfig)
     assets: AssetsConfig = field(default_factory=AssetsConfig)
     ray: RayConfig = field(default_factory=RayConfig)
@@ -156,11 +159,22 @@ def with_absolute_paths(cfg: ServeConfig) -> ServeConfig:
     return replace(cfg, memory=memory, journal=replace(cfg.journal, path=absolute(cfg.journal.path)))
 
 
+def served_facts_config(cfg: ServeConfig) -> FactsConfig:
+    """``cfg.facts`` with its URL resolved: empty means ``facts.sqlite3`` beside the journal
+    (the embedded default: one directory holds the app's durable state)."""
+    if cfg.facts.url:
+        return cfg.facts
+    from pathlib import Path
+
+    return replace(cfg.facts, url=f"sqlite:///{Path(cfg.journal.path).parent / 'facts.sqlite3'}")
+
+
 def check_serve_config(cfg: ServeConfig) -> ServeConfig:
     """Refuse configurations that cannot work, naming the field, before anything starts."""
     tiers = served_tiers(cfg)
     check_api_config(cfg.api)
     check_journal_config(cfg.journal)
+    check_facts_config(served_facts_config(cfg))
     if cfg.http.host not in ("127.0.0.1", "localhost", "::1") and not cfg.http.allow_public_bind:
         raise ConfigError(
             f"http.host {cfg.http.host!r} is not a loopback address; set http.allow_public_bind=true "

@@ -32,7 +32,7 @@ from memroute.api.handler import IDEMPOTENCY_HEADER, ApiResponse, ChatApi, Prepa
 from memroute.api.metrics import ApiMetrics, render
 from memroute.api.tenancy import ApiKeys
 from memroute.config.schema import is_server_uri, ordered_cascade
-from memroute.config.serve import ServeConfig, check_serve_config
+from memroute.config.serve import ServeConfig, check_serve_config, served_facts_config
 from memroute.journal.flusher import error_text
 from memroute.journal.idempotency import (
     Conflict,
@@ -43,6 +43,8 @@ from memroute.journal.idempotency import (
     Started,
 )
 from memroute.llm.base import Backend
+from memroute.memory.facts.session import fact_json, session_start
+from memroute.serving.fact_requests import fact_input
 from memroute.routing.router import RouteRequest
 from memroute.serving.erasure import (
     ErasureReport,
@@ -84,6 +86,7 @@ class ServingCore:
         mem = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, build.asset_store(cfg.assets))
         self.encoder, self.store, self.retriever = mem.encoder, mem.store, mem.retriever
         self.journal = build.journal(cfg.journal)
+        self.facts = build.facts(served_facts_config(cfg))
         self.idempotency = IdempotencyStore(
             self.journal.path, ttl_s=cfg.journal.idempotency_ttl_s,
             lease_s=cfg.journal.idempotency_lease_s,
@@ -309,6 +312,28 @@ class ServingCore:
             "pending": len(self.journal.pending_for_user(user_id)),
         }
 
+    # -- the fact layer (memroute/memory/facts): session start, facts, their timeline ---------
+
+    def session_start(self, user_id: str) -> dict[str, Any]:
+        """Profile, active facts, recent turns, the context block and the memory-search tool:
+        one indexed read of the facts, and a plain (non-vector) query for the recent turns."""
+        recent = self.store.list_user(user_id)[-self.cfg.facts.recent_turns:] \
+            if self.cfg.facts.recent_turns > 0 else []
+        return session_start(self.facts, user_id, recent_turns=recent).to_json()
+
+    def list_facts(self, user_id: str, key: str | None = None) -> dict[str, Any]:
+        """The user's active facts; with ``key``, that key's whole timeline (every status)."""
+        rows = self.facts.timeline(user_id, key) if key else self.facts.active(user_id)
+        return {"object": "list", "data": [fact_json(f) for f in rows]}
+
+    def assert_fact(self, user_id: str, body: Any) -> dict[str, Any]:
+        """A fact the client states (``source`` explicit unless it says otherwise); the key's
+        previous value is superseded, never deleted."""
+        return fact_json(self.facts.assert_fact(user_id, fact_input(body)))
+
+    def retract_fact(self, user_id: str, fact_id: Any) -> dict[str, Any]:
+        return fact_json(self.facts.retract(user_id, fact_id))
+
     # -- erasure (GDPR Art. 17): memroute/serving/erasure.py --------------------------------
 
     def erase_user(self, user_id: str, *, actor: str) -> ErasureReport:
@@ -316,11 +341,11 @@ class ServingCore:
         # Not under _flush_lock: the flusher takes it inside the journal's store gate, which
         # the erasure holds; the other order here would deadlock.
         return erase_user(self.store, self.journal, self.idempotency, self.retriever, user_id,
-                          actor=actor, caches=self._erasable_caches())
+                          actor=actor, caches=self._erasable_caches(), facts=self.facts)
 
     def erase_tenant(self, tenant: str, *, actor: str) -> ErasureReport:
         return erase_tenant(self.store, self.journal, self.idempotency, self.retriever, tenant,
-                            actor=actor, caches=self._erasable_caches())
+                            actor=actor, caches=self._erasable_caches(), facts=self.facts)
 
     def erasure_audit(self, limit: int = 100) -> list[dict[str, Any]]:
         return erasure_audit(self.journal, limit=limit)
@@ -344,6 +369,7 @@ class ServingCore:
         if left:
             log.warning("%d journaled turn-pairs not yet in the store; they replay on next start", left)
         self.store.close()
+        self.facts.close()
         self.idempotency.close()
         self.journal.close()
 

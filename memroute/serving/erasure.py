@@ -60,6 +60,7 @@ class ErasureReport:
     store_rows: int  # Milvus rows deleted
     journal_rows: int  # journal entries deleted (pending, flushed and parked)
     idempotency_rows: int  # stored answers deleted
+    fact_rows: int  # facts deleted (every status: the only delete facts ever get)
     at: float  # when the tombstone was written (unix seconds)
     actor: str
     audit_id: int
@@ -78,15 +79,18 @@ def erase_user(
     *,
     actor: str,
     caches: Sequence[UserCache] = (),
+    facts: Any = None,
     gate_timeout_s: float = GATE_TIMEOUT_S,
 ) -> ErasureReport:
-    """Erase one namespace (``tenant:user``) everywhere; see the module doc for the order."""
+    """Erase one namespace (``tenant:user``) everywhere; see the module doc for the order.
+    ``facts``: the fact store (memroute.memory.facts), whose rows of the user go too."""
     tenant_of(user_id)  # validates: a namespaced id
     return _erase(
         "user", user_id, journal, actor, gate_timeout_s, [retriever, *caches],
         journal_step=lambda: journal.erase_user(user_id, actor=actor),
         idem_step=(lambda: idempotency.erase_user(user_id)) if idempotency is not None else None,
         store_step=lambda: store.delete_user(user_id),
+        facts_step=(lambda: facts.erase_user(user_id)) if facts is not None else None,
         store=store,
     )
 
@@ -100,6 +104,7 @@ def erase_tenant(
     *,
     actor: str,
     caches: Sequence[UserCache] = (),
+    facts: Any = None,
     gate_timeout_s: float = GATE_TIMEOUT_S,
 ) -> ErasureReport:
     """Erase every user of ``tenant`` (admin); the same order and guarantees as :func:`erase_user`."""
@@ -109,6 +114,7 @@ def erase_tenant(
         journal_step=lambda: journal.erase_tenant(tenant, actor=actor),
         idem_step=(lambda: idempotency.erase_tenant(tenant)) if idempotency is not None else None,
         store_step=lambda: store.delete_tenant(tenant),
+        facts_step=(lambda: facts.erase_tenant(tenant)) if facts is not None else None,
         store=store,
     )
 
@@ -124,6 +130,7 @@ def _erase(
     journal_step: Callable[[], JournalErasure],
     idem_step: Callable[[], int] | None,
     store_step: Callable[[], int],
+    facts_step: Callable[[], int] | None = None,
     store: ErasableStore,
 ) -> ErasureReport:
     method = "forget_user" if scope == "user" else "forget_tenant"
@@ -136,12 +143,14 @@ def _erase(
         idem_rows = idem_step() if idem_step is not None else 0
         store_rows = store_step()
         store.flush()
+        fact_rows = facts_step() if facts_step is not None else 0
         for c in live:
             getattr(c, method)(target)
     journal.finish_erasure(done.audit_id, store_rows=store_rows, idempotency_rows=idem_rows)
     return ErasureReport(
         scope=scope, target=target, store_rows=int(store_rows), journal_rows=done.journal_rows,
-        idempotency_rows=int(idem_rows), at=done.at, actor=actor, audit_id=done.audit_id,
+        idempotency_rows=int(idem_rows), fact_rows=int(fact_rows), at=done.at, actor=actor,
+        audit_id=done.audit_id,
         boundary_seq=done.boundary_seq,
     )
 

@@ -300,6 +300,31 @@ def test_per_request_controls_and_tier_models_through_the_openai_client(app):
     assert body["count"] + body["pending"] == 0  # store: false
 
 
+def test_the_fact_endpoints_over_http(app):
+    """State, supersede, read at session start, audit and retract a fact; another tenant's user
+    of the same name sees nothing; a bad body is a 400 naming the field."""
+    url = app["url"]
+
+    def post(path, body, key=KEY):
+        return httpx.post(f"{url}{path}", json=body, headers=auth(key), timeout=TIMEOUT)
+
+    assert post("/v1/memory/facts", {"user": "fay", "key": "user.budget", "value": "50"}).status_code == 200
+    new = post("/v1/memory/facts", {"user": "fay", "key": "user.budget", "value": "80"}).json()
+    start = httpx.get(f"{url}/v1/memory/session-start", params={"user": "fay"}, headers=auth(),
+                      timeout=TIMEOUT).json()
+    assert [f["value"] for f in start["facts"]] == ["80"] and "user.budget: 80" in start["context"]
+    timeline = httpx.get(f"{url}/v1/memory/facts", params={"user": "fay", "key": "user.budget"},
+                         headers=auth(), timeout=TIMEOUT).json()["data"]
+    assert [f["status"] for f in timeline] == ["superseded", "active"]
+    other = httpx.get(f"{url}/v1/memory/facts", params={"user": "fay"}, headers=auth("sk-mock-b"),
+                      timeout=TIMEOUT).json()
+    assert other["data"] == []
+    r = post(f"/v1/memory/facts/{new['id']}/retract?user=fay", {})
+    assert r.status_code == 200 and r.json()["status"] == "retracted"
+    bad = post("/v1/memory/facts", {"user": "fay", "key": "Budget!", "value": "1"})
+    assert bad.status_code == 400 and error_of(bad)["param"] == "key"
+
+
 # -- the unmodified-client suite (tests/integration/drop_in_suite.py) on the mock tiers ---------
 
 from .drop_in_suite import Caps, DropInClientSuite  # noqa: E402

@@ -56,6 +56,12 @@ class FakeRetriever:
         self.pairs.extend(pairs)
         return len(pairs)
 
+    def forget_user(self, user_id: str) -> None:
+        self.pairs = [p for p in self.pairs if p.user_id != user_id]
+
+    def forget_tenant(self, tenant: str) -> None:
+        self.pairs = [p for p in self.pairs if not p.user_id.startswith(f"{tenant}:")]
+
     def retrieve_many(self, user_ids, queries, *, top_k=None) -> list[list[RetrievalHit]]:
         out = []
         for uid, q in zip(user_ids, queries):
@@ -100,6 +106,16 @@ class FakeStore:
 
     def close(self) -> None:
         pass
+
+    def delete_user(self, user_id) -> int:
+        n = sum(p.user_id == user_id for p in self.retriever.pairs)
+        self.retriever.forget_user(user_id)
+        return n
+
+    def delete_tenant(self, tenant) -> int:
+        n = sum(p.user_id.startswith(f"{tenant}:") for p in self.retriever.pairs)
+        self.retriever.forget_tenant(tenant)
+        return n
 
     def list_user(self, user_id):  # upserts by id, as Milvus does
         return list({p.id: p for p in self.retriever.pairs if p.user_id == user_id}.values())
