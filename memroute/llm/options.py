@@ -30,6 +30,9 @@ class GenerationOptions:
     # and tool_choice ("auto" | "none" | "required" | {"type": "function", "function": {"name"}}).
     tools: tuple[Mapping[str, Any], ...] = ()
     tool_choice: str | Mapping[str, Any] | None = None
+    # The output must be JSON matching this JSON Schema (fact extraction). vLLM constrains its
+    # decoding to it (structured outputs); every caller still validates what comes back.
+    json_schema: Mapping[str, Any] | None = None
 
     @property
     def tools_on(self) -> bool:

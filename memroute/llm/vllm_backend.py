@@ -266,6 +266,7 @@ class VLLMBackend:
             seed=opts.seed,
             presence_penalty=float(opts.presence_penalty),
             frequency_penalty=float(opts.frequency_penalty),
+            **_structured(opts),
         )
         return params, stops
 
@@ -354,6 +355,21 @@ def _top_k(options: GenerationOptions) -> int:
     if not options.logprobs:
         return 0
     return min(max(int(options.top_logprobs), 0), MAX_TOP_LOGPROBS)
+
+
+def _structured(options: GenerationOptions) -> dict[str, Any]:
+    """``SamplingParams`` arguments that constrain decoding to ``options.json_schema``
+    (vLLM's structured outputs; ``guided_decoding`` before vLLM 0.11); none without one."""
+    if options.json_schema is None:
+        return {}
+    schema = dict(options.json_schema)
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:  # older vLLM
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(json=schema)}
+    return {"structured_outputs": StructuredOutputsParams(json=schema)}
 
 
 def _cuda_available() -> bool:

@@ -1,0 +1,154 @@
+"""Fact extraction with the small model: a conversation's turns become facts in the store.
+
+:class:`Extractor` runs one extraction for a user: it takes the user's extraction lock
+(:meth:`FactStore.user_lock`; held by another run -> ``skipped_reason="locked"``, nothing done,
+so overlapping sessions never run two extractions for one user), asks the model greedily for
+the JSON object of :mod:`.extraction_schema` (``GenerationOptions(json_schema=...)``: constrained
+decoding on vLLM, validated on every back end), parses it strictly, retries an invalid output
+``retries`` times (with the refused output and the reason appended), then logs a warning and
+skips: nothing half-parsed is ever stored. The facts are written with
+:meth:`FactStore.assert_fact` in conversation order, so a correction later in the conversation
+supersedes the earlier value (the store keeps both in the timeline).
+
+It is meant for the background lane: :func:`needs_extraction` says when a user's unextracted
+conversation has grown past the threshold (``ExtractionConfig.threshold_tokens``). Which turns
+are unextracted is the caller's bookkeeping. Back-end failures (down, rejected) propagate: they
+are not the model's answer, and the caller decides whether to try later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memroute.config.extraction import ExtractionConfig, check_extraction_config
+from memroute.errors import InvalidRequest
+from memroute.llm.base import Backend
+from memroute.llm.options import GenerationOptions
+from memroute.memory.facts.extraction_schema import (
+    ExtractionError,
+    ExtractionField,
+    ExtractionSchema,
+    extraction_prompt,
+    json_schema,
+    parse_extraction,
+    retry_prompt,
+)
+from memroute.memory.facts.store import FactStore
+from memroute.memory.facts.types import Fact
+from memroute.types import TurnPair, validate_user_id
+
+log = logging.getLogger(__name__)
+
+LOCKED = "locked"  # another extraction holds the user's lock
+INVALID_OUTPUT = "invalid_output"  # every attempt's output was refused; nothing stored
+NO_TURNS = "no_turns"
+
+
+def needs_extraction(unextracted_tokens: int, threshold: int = ExtractionConfig.threshold_tokens
+                     ) -> bool:
+    """Whether a user's unextracted conversation (in tokens) exceeds the threshold."""
+    return unextracted_tokens > threshold
+
+
+@dataclass(frozen=True)
+class ExtractionResult:
+    facts_written: int  # facts asserted (a restatement of the active value counts too)
+    attempts: int  # model calls made (0 when skipped before any)
+    skipped_reason: str | None = None  # None, "locked", "invalid_output" or "no_turns"
+    facts: tuple[Fact, ...] = ()  # the active fact of each asserted key, as the store returned
+    error: str | None = None  # the last refusal's reason when skipped for invalid output
+    latency_s: float = 0.0  # model time, all attempts
+
+
+class Extractor:
+    """Extracts ``schema``'s facts from turns with ``backend`` into ``store``; thread-safe
+    (each call holds its user's lock; the back end and store are thread-safe or serialized)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        schema: ExtractionSchema,
+        store: FactStore,
+        *,
+        max_tokens: int = ExtractionConfig.max_tokens,
+        retries: int = ExtractionConfig.retries,
+    ) -> None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
+                                 field="max_tokens")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidRequest(f"retries must be an integer >= 0, got {retries!r}",
+                                 field="retries")
+        self.backend = backend
+        self.schema = schema
+        self.store = store
+        self.max_tokens = max_tokens
+        self.retries = retries
+
+    @classmethod
+    def from_config(cls, backend: Backend, store: FactStore, cfg: ExtractionConfig) -> Extractor:
+        check_extraction_config(cfg)
+        return cls(backend, ExtractionSchema.from_config(cfg.fields), store,
+                   max_tokens=cfg.max_tokens, retries=cfg.retries)
+
+    def extract(self, user_id: str, turns: Sequence[TurnPair]) -> ExtractionResult:
+        """Extract and store the facts of ``turns`` (one user's, in conversation order)."""
+        uid = validate_user_id(user_id)
+        turns = list(turns)
+        for t in turns:
+            if t.user_id != uid:  # never file one user's words under another's profile
+                raise InvalidRequest(f"turn {t.session_id}/{t.turn_index} belongs to another "
+                                     "user", field="turns")
+        if not turns:
+            return ExtractionResult(0, 0, NO_TURNS)
+        with self.store.user_lock(uid) as got:
+            if not got:
+                log.info("fact extraction for %s skipped: another run holds its lock", uid)
+                return ExtractionResult(0, 0, LOCKED)
+            return self._locked_extract(uid, turns)
+
+    def _locked_extract(self, uid: str, turns: list[TurnPair]) -> ExtractionResult:
+        options = GenerationOptions(json_schema=json_schema(self.schema, len(turns)))
+        messages = extraction_prompt(self.schema, turns)
+        error, latency = "", 0.0
+        for attempt in range(1, self.retries + 2):
+            t0 = time.perf_counter()
+            reply = self.backend.generate(messages, max_tokens=self.max_tokens,
+                                          temperature=0.0, options=options)
+            latency += time.perf_counter() - t0
+            try:
+                if reply.finish_reason == "length":
+                    raise ExtractionError(f"the output was cut at max_tokens={self.max_tokens}")
+                facts = parse_extraction(reply.text, self.schema, turns)
+            except ExtractionError as exc:
+                error = str(exc)
+                messages = retry_prompt(messages, reply.text, error)
+                continue
+            # conversation order (stable): a later turn's value supersedes an earlier one's
+            order = {t.id: i for i, t in enumerate(turns)}
+            facts.sort(key=lambda f: order[f.turn_id])
+            stored = tuple(self.store.assert_fact(uid, f) for f in facts)
+            return ExtractionResult(len(stored), attempt, None, stored, latency_s=latency)
+        attempts = self.retries + 1
+        log.warning("fact extraction for %s skipped after %d invalid output(s) from %s: %s",
+                    uid, attempts, getattr(self.backend, "model_id", "?"), error)
+        return ExtractionResult(0, attempts, INVALID_OUTPUT, error=error, latency_s=latency)
+
+
+__all__ = [
+    "INVALID_OUTPUT",
+    "LOCKED",
+    "NO_TURNS",
+    "ExtractionError",
+    "ExtractionField",
+    "ExtractionResult",
+    "ExtractionSchema",
+    "Extractor",
+    "extraction_prompt",
+    "json_schema",
+    "needs_extraction",
+    "parse_extraction",
+]

@@ -1,0 +1,270 @@
+"""The extraction schema, its prompt, the JSON Schema of its output and the strict parser.
+
+The small model reads the conversation (turns numbered 0.., each with its session date) and
+answers with one JSON object::
+
+    {"facts": [{"key": "user.budget", "value": "80", "source": "explicit",
+                "valid_from": "2023-05-08" | null, "turn": 3}]}
+
+``key`` is one of the schema's fields (the entity key the fact store files it under; its
+category comes from the schema, never from the model), ``source`` is ``explicit`` (the user
+said it) or ``inferred`` (concluded from what they said), ``valid_from`` the day it became
+true when the conversation says so (else the turn's session time) and ``turn`` the number of
+the turn it came from (its ``TurnPair.id`` becomes the fact's ``turn_id``).
+
+:func:`json_schema` is that shape as a JSON Schema with the keys enumerated (vLLM constrains
+decoding to it); :func:`parse_extraction` checks it again on every back end and refuses the
+whole output (:class:`ExtractionError`) for any bad item: nothing half-parsed is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from typing import Any
+
+from memroute.config.extraction import DEFAULT_FIELDS, check_extraction_fields
+from memroute.errors import InvalidRequest, MemrouteError
+from memroute.memory.facts.types import (
+    EXPLICIT,
+    INFERRED,
+    MAX_VALUE_CHARS,
+    FactInput,
+    check_fact_input,
+)
+from memroute.types import Message, TurnPair, format_session_date
+
+OUTPUT_SOURCES = (EXPLICIT, INFERRED)  # "confirmed" is the user's answer to a question, not ours
+ITEM_KEYS = ("key", "value", "source", "valid_from", "turn")
+MAX_FACTS = 64  # per extraction output
+MAX_OUTPUT_VALUE_CHARS = 300  # an extracted value is a short phrase, not a paragraph
+ASSISTANT_CHARS = 300  # assistant replies are clipped in the prompt: facts are the user's
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_FENCE_RE = re.compile(r"^```(?:json)?\s*\n?(?P<body>.*?)\n?```$", re.DOTALL)
+
+
+class ExtractionError(MemrouteError):
+    """The model's extraction output is not a valid answer to the schema (nothing is stored)."""
+
+    status = 502
+    code = "extraction_error"
+
+
+@dataclass(frozen=True)
+class ExtractionField:
+    """One fact the model looks for: ``name`` is the entity key (``user.budget``)."""
+
+    name: str
+    category: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ExtractionSchema:
+    """A per-agent extraction schema: the fields, in prompt order (names unique)."""
+
+    fields: tuple[ExtractionField, ...]
+
+    def __post_init__(self) -> None:
+        check_extraction_fields(
+            [{"field": f.name, "category": f.category, "description": f.description}
+             for f in self.fields], prefix="fields")
+
+    @classmethod
+    def from_config(cls, fields: Sequence[Mapping[str, Any]] = DEFAULT_FIELDS) -> ExtractionSchema:
+        """From config's ``[{field, category, description}, ...]`` (:class:`ConfigError`
+        names a bad entry)."""
+        checked = check_extraction_fields(fields)
+        return cls(tuple(ExtractionField(f["field"], f["category"], f["description"])
+                         for f in checked))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def field(self, key: str) -> ExtractionField | None:
+        return next((f for f in self.fields if f.name == key), None)
+
+
+def json_schema(schema: ExtractionSchema, n_turns: int | None = None) -> dict[str, Any]:
+    """The JSON Schema of an extraction output; with ``n_turns``, ``turn`` is bounded too."""
+    turn: dict[str, Any] = {"type": "integer", "minimum": 0}
+    if n_turns is not None:
+        turn["maximum"] = max(int(n_turns) - 1, 0)
+    item = {
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "enum": list(schema.keys)},
+            "value": {"type": "string", "minLength": 1, "maxLength": MAX_OUTPUT_VALUE_CHARS},
+            "source": {"type": "string", "enum": list(OUTPUT_SOURCES)},
+            "valid_from": {"anyOf": [
+                {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}, {"type": "null"}]},
+            "turn": turn,
+        },
+        "required": list(ITEM_KEYS),
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"facts": {"type": "array", "items": item, "maxItems": MAX_FACTS}},
+        "required": ["facts"],
+        "additionalProperties": False,
+    }
+
+
+def _iso(epoch_s: int | float) -> str:
+    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).date().isoformat()
+
+
+def system_prompt(schema: ExtractionSchema) -> str:
+    lines = [
+        "You extract facts about the user from a conversation, for a personal assistant's "
+        "memory. Answer with one JSON object and nothing else:",
+        '{"facts": [{"key": ..., "value": ..., "source": ..., "valid_from": ..., "turn": ...}]}',
+        "",
+        "The keys you may use (one fact per key and value; skip keys the conversation does "
+        "not mention):",
+    ]
+    lines += [f"- {f.name}: {f.description}" if f.description else f"- {f.name}"
+              for f in schema.fields]
+    lines += [
+        "",
+        "Rules:",
+        '- "key": one of the keys above, exactly as written.',
+        '- "value": the value in a few words, as the user gave it (a number stays a number: '
+        '"80", not "eighty dollars a month" unless they said so).',
+        '- "source": "explicit" when the user said it themselves; "inferred" when you '
+        "concluded it from what they said.",
+        '- "valid_from": the day it became true as "YYYY-MM-DD" when the conversation says '
+        "when (\"since March 2021\": \"2021-03-01\"), else null.",
+        '- "turn": the number of the turn the fact comes from.',
+        "- When the user corrects or changes a value, give each value with its own turn; the "
+        "later one replaces the earlier.",
+        "- Only facts about the user (not the assistant's suggestions or general knowledge).",
+        '- No facts: {"facts": []}.',
+    ]
+    return "\n".join(lines)
+
+
+def conversation_text(turns: Sequence[TurnPair], *, assistant_chars: int = ASSISTANT_CHARS) -> str:
+    """The turns, numbered from 0, each with its session date; assistant replies clipped."""
+    out = []
+    for i, t in enumerate(turns):
+        reply = t.assistant_text.strip()
+        if len(reply) > assistant_chars:
+            reply = reply[:assistant_chars].rstrip() + " ..."
+        out.append(f"Turn {i} ({format_session_date(t.session_time)}, "
+                   f"{_iso(t.session_time)})\nUser: {t.user_text.strip()}\nAssistant: {reply}")
+    return "\n\n".join(out)
+
+
+def extraction_prompt(
+    schema: ExtractionSchema, turns: Sequence[TurnPair], *, assistant_chars: int = ASSISTANT_CHARS
+) -> list[Message]:
+    """The system instructions and the conversation, as the chat the model answers."""
+    conversation = conversation_text(turns, assistant_chars=assistant_chars)
+    return [
+        Message("system", system_prompt(schema)),
+        Message("user", f"Conversation:\n\n{conversation}\n\nExtract the facts about the user "
+                        "as the JSON object."),
+    ]
+
+
+def retry_prompt(messages: Sequence[Message], output: str, error: str) -> list[Message]:
+    """``messages`` plus the refused output and why, asking once more (the retry)."""
+    return [*messages, Message("assistant", output[:2000]),
+            Message("user", f"That output was invalid: {error[:300]}. Answer again with only "
+                            "the JSON object, following the rules.")]
+
+
+def _epoch_day(text: str, where: str) -> float:
+    if not _DATE_RE.fullmatch(text):
+        raise ExtractionError(f"{where}.valid_from must be YYYY-MM-DD or null, got {text[:20]!r}")
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise ExtractionError(f"{where}.valid_from {text!r} is not a calendar date") from None
+    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()
+
+
+def _json_object(text: str) -> Any:
+    body = text.strip()
+    fenced = _FENCE_RE.match(body)  # engines without constrained decoding like code fences
+    if fenced:
+        body = fenced["body"].strip()
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ExtractionError(f"the output is not JSON: {exc}") from None
+
+
+def parse_extraction(
+    text: str, schema: ExtractionSchema, turns: Sequence[TurnPair]
+) -> list[FactInput]:
+    """The facts of a model output, in output order; :class:`ExtractionError` if anything in it
+    is invalid (the whole output is refused, never half-parsed)."""
+    data = _json_object(text)
+    if not isinstance(data, dict) or set(data) != {"facts"}:
+        raise ExtractionError('the output must be an object with exactly one key, "facts"')
+    items = data["facts"]
+    if not isinstance(items, list):
+        raise ExtractionError('"facts" must be a list')
+    if len(items) > MAX_FACTS:
+        raise ExtractionError(f'"facts" has {len(items)} items; at most {MAX_FACTS} are read')
+    out: list[FactInput] = []
+    for i, item in enumerate(items):
+        where = f"facts[{i}]"
+        if not isinstance(item, dict):
+            raise ExtractionError(f"{where} must be an object")
+        if set(item) != set(ITEM_KEYS):
+            extra = sorted(set(item) - set(ITEM_KEYS))
+            missing = sorted(set(ITEM_KEYS) - set(item))
+            raise ExtractionError(f"{where} has unknown keys {extra}" if extra
+                                  else f"{where} lacks {missing}")
+        key, value, source = item["key"], item["value"], item["source"]
+        spec = schema.field(key) if isinstance(key, str) else None
+        if spec is None:
+            raise ExtractionError(f"{where}.key {str(key)[:40]!r} is not a field of the schema")
+        if not isinstance(value, str) or not value.strip():
+            raise ExtractionError(f"{where}.value must be a non-empty string")
+        if len(value) > min(MAX_OUTPUT_VALUE_CHARS, MAX_VALUE_CHARS):
+            raise ExtractionError(f"{where}.value has {len(value)} characters; at most "
+                                  f"{MAX_OUTPUT_VALUE_CHARS}")
+        if source not in OUTPUT_SOURCES:
+            raise ExtractionError(f"{where}.source must be one of {', '.join(OUTPUT_SOURCES)}, "
+                                  f"got {str(source)[:20]!r}")
+        turn = item["turn"]
+        if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < len(turns):
+            raise ExtractionError(f"{where}.turn must be a turn number in [0, {len(turns) - 1}], "
+                                  f"got {str(turn)[:20]!r}")
+        raw_from = item["valid_from"]
+        if raw_from is None:
+            valid_from = float(turns[turn].session_time)
+        elif isinstance(raw_from, str):
+            valid_from = _epoch_day(raw_from, where)
+        else:
+            raise ExtractionError(f"{where}.valid_from must be YYYY-MM-DD or null")
+        fact = FactInput(key=spec.name, value=value, category=spec.category, source=source,
+                         valid_from=valid_from, turn_id=turns[turn].id)
+        try:
+            out.append(check_fact_input(fact))  # the store's own checks, before any write
+        except InvalidRequest as exc:
+            raise ExtractionError(f"{where}: {exc}") from None
+    return out
+
+
+__all__ = [
+    "ExtractionError",
+    "ExtractionField",
+    "ExtractionSchema",
+    "OUTPUT_SOURCES",
+    "conversation_text",
+    "extraction_prompt",
+    "json_schema",
+    "parse_extraction",
+    "retry_prompt",
+    "system_prompt",
+]
