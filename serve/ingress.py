@@ -226,6 +226,18 @@ class RouterIngress:
         return await self._memory_call(request, self.core.assert_fact, body,
                                        user=user if isinstance(user, str) else None)
 
+    @app.post("/v1/memory/turns")
+    async def append_turns(self, request: Request) -> Response:
+        """Remember turn-pairs answered elsewhere (``{"user", "turns": [{user, assistant}]}``):
+        acknowledged after the journal's fsync; embedded and stored in the background."""
+        try:
+            body = await self._json_body(request)
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        user = body.get("user") if isinstance(body, dict) else None
+        return await self._memory_call(request, self.core.append_turns, body,
+                                       user=user if isinstance(user, str) else None)
+
     @app.post("/v1/memory/facts/{fact}/retract")
     async def retract_fact(self, fact: str, request: Request) -> Response:
         """Retract one fact (kept, status ``retracted``) of ``?user=``."""

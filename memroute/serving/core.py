@@ -44,7 +44,7 @@ from memroute.journal.idempotency import (
 )
 from memroute.llm.base import Backend
 from memroute.memory.facts.session import fact_json, session_start
-from memroute.serving.fact_requests import fact_input
+from memroute.serving.fact_requests import fact_input, turn_pairs
 from memroute.routing.router import RouteRequest
 from memroute.serving.erasure import (
     ErasureReport,
@@ -55,7 +55,7 @@ from memroute.serving.erasure import (
 )
 from memroute.serving.shadow import ShadowJudge
 from memroute.serving.tier_health import TierHealth
-from memroute.types import RouteResult, TurnPair, stable_id
+from memroute.types import RouteResult, TurnPair, memory_of, stable_id
 
 log = logging.getLogger(__name__)
 
@@ -317,9 +317,21 @@ class ServingCore:
     def session_start(self, user_id: str) -> dict[str, Any]:
         """Profile, active facts, recent turns, the context block and the memory-search tool:
         one indexed read of the facts, and a plain (non-vector) query for the recent turns."""
-        recent = self.store.list_user(user_id)[-self.cfg.facts.recent_turns:] \
-            if self.cfg.facts.recent_turns > 0 else []
+        n = self.cfg.facts.recent_turns
+        recent: list[Any] = []
+        if n > 0:  # the store's rows and what the journal still holds (read-your-writes)
+            rows = {m.id: m for m in self.store.list_user(user_id)}
+            rows.update((e.pair.id, memory_of(e.pair)) for e in self.journal.pending_for_user(user_id))
+            recent = sorted(rows.values(), key=lambda m: (m.session_time, m.created_at))[-n:]
         return session_start(self.facts, user_id, recent_turns=recent).to_json()
+
+    def append_turns(self, user_id: str, body: Any) -> dict[str, Any]:
+        """Turn-pairs an agent answered elsewhere: acknowledged once journaled (fsync); the
+        flusher embeds and stores them as it does the routed answers' pairs."""
+        pairs = turn_pairs(body, user_id, max_chars=self.cfg.api.limits.max_input_chars)
+        journaled = self.router.retriever.remember(pairs)
+        return {"object": "memory.turns", "journaled": journaled,
+                "ids": [str(p.id) for p in pairs]}
 
     def list_facts(self, user_id: str, key: str | None = None) -> dict[str, Any]:
         """The user's active facts; with ``key``, that key's whole timeline (every status)."""

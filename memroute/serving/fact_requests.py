@@ -1,13 +1,19 @@
-"""The JSON bodies and path values of the fact endpoints (``/v1/memory/facts``), checked into the
-fact store's inputs with a 400 naming the field; the store checks the values themselves."""
+"""The JSON bodies and path values of the memory endpoints (``/v1/memory/facts``,
+``/v1/memory/turns``), checked into the stores' inputs with a 400 naming the field; the stores
+check the values themselves."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from memroute.api.messages import json_type
+from memroute.api.messages import check_text, json_type
 from memroute.errors import InvalidRequest
 from memroute.memory.facts import EXPLICIT, TEMPORAL, FactInput
+from memroute.types import TurnPair, stable_id
+
+MAX_TURNS = 100  # turn-pairs per append request
+TURN_FIELDS = ("user", "assistant", "session_id", "time")
 
 FIELDS = ("user", "key", "value", "category", "source", "valid_from")
 
@@ -42,3 +48,45 @@ def fact_id(text: str) -> int:
     if not text.isdigit() or len(text) > 19:
         raise InvalidRequest(f"fact id must be decimal digits, got {text[:24]!r}", field="fact_id")
     return int(text)
+
+
+def turn_pairs(body: Any, user_id: str, *, max_chars: int, clock: Any = time.time) -> list[TurnPair]:
+    """``{"user": <name>, "turns": [{"user": text, "assistant": text, "session_id"?, "time"?}]}``
+    -> the turn-pairs to journal (ids from user, session and text: a retried append replaces,
+    never duplicates). ``max_chars``: the API's limit on message characters, for all turns."""
+    turns = body.get("turns") if isinstance(body, dict) else None
+    if not isinstance(turns, list) or not turns:
+        raise InvalidRequest("turns must be a non-empty array of {user, assistant}", field="turns")
+    if len(turns) > MAX_TURNS:
+        raise InvalidRequest(f"turns takes at most {MAX_TURNS} turn-pairs", field="turns")
+    now, out, total = clock(), [], 0
+    for i, t in enumerate(turns):
+        path = f"turns[{i}]"
+        if not isinstance(t, dict):
+            raise InvalidRequest(f"{path} must be an object", field=path)
+        unknown = sorted(set(t) - set(TURN_FIELDS))
+        if unknown:
+            raise InvalidRequest(f"{path}.{unknown[0]} is not a field; use {', '.join(TURN_FIELDS)}",
+                                 field=f"{path}.{unknown[0]}")
+        texts = []
+        for name in ("user", "assistant"):
+            value = t.get(name)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidRequest(f"{path}.{name} must be a non-empty string",
+                                     field=f"{path}.{name}")
+            texts.append(check_text(value, f"{path}.{name}"))
+            total += len(value)
+        session = t.get("session_id", "appended")
+        if not isinstance(session, str) or not 0 < len(session) <= 128:
+            raise InvalidRequest(f"{path}.session_id must be a string of 1-128 characters",
+                                 field=f"{path}.session_id")
+        at = t.get("time", now)
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 <= at < 2**40:
+            raise InvalidRequest(f"{path}.time must be epoch seconds", field=f"{path}.time")
+        out.append(TurnPair(user_id=user_id, session_id=check_text(session, f"{path}.session_id"),
+                            turn_index=stable_id(*texts, int(at)), user_text=texts[0],
+                            assistant_text=texts[1], session_time=int(at),
+                            source_model="client", created_at=now))
+    if total > max_chars:
+        raise InvalidRequest(f"turns hold {total} characters; the limit is {max_chars}", field="turns")
+    return out

@@ -323,6 +323,12 @@ def test_the_fact_endpoints_over_http(app):
     assert r.status_code == 200 and r.json()["status"] == "retracted"
     bad = post("/v1/memory/facts", {"user": "fay", "key": "Budget!", "value": "1"})
     assert bad.status_code == 400 and error_of(bad)["param"] == "key"
+    turns = post("/v1/memory/turns", {"user": "fay", "turns": [{"user": "I moved to Lyon.",
+                                                                "assistant": "Noted."}]})
+    assert turns.status_code == 200 and turns.json()["journaled"] == 1
+    start = httpx.get(f"{url}/v1/memory/session-start", params={"user": "fay"}, headers=auth(),
+                      timeout=TIMEOUT).json()
+    assert any("Lyon" in t["text"] for t in start["recent_turns"])  # journaled or stored
 
 
 # -- the unmodified-client suite (tests/integration/drop_in_suite.py) on the mock tiers ---------

@@ -88,3 +88,36 @@ def test_bad_values_the_store_checks_name_their_field_too(core):
     with pytest.raises(InvalidRequest) as e:
         fact_id("12x")
     assert e.value.field == "fact_id"
+
+
+def test_appended_turns_are_journaled_then_stored_once_and_a_retry_replaces(core):
+    body = {"turns": [{"user": "My budget is 80.", "assistant": "Noted.", "time": 1_700_000_000},
+                      {"user": "I live in Lyon.", "assistant": "Lovely."}]}
+    first = core.append_turns(ALICE, body)
+    assert first["journaled"] == 2 and len(first["ids"]) == 2
+    again = core.append_turns(ALICE, body)  # a client's retry: the same ids
+    assert again["ids"][0] == first["ids"][0]
+    core.drain()
+    stored = core.store.list_user(ALICE)
+    assert sorted(p.user_text for p in stored) == ["I live in Lyon.", "My budget is 80."]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({}, "turns"), ({"turns": []}, "turns"), ({"turns": ["hi"]}, "turns[0]"),
+    ({"turns": [{"user": "a"}]}, "turns[0].assistant"),
+    ({"turns": [{"user": "a", "assistant": "b", "mood": 1}]}, "turns[0].mood"),
+    ({"turns": [{"user": "a", "assistant": "b", "time": "now"}]}, "turns[0].time"),
+    ({"turns": [{"user": "a\x00", "assistant": "b"}]}, "turns[0].user"),
+])
+def test_a_bad_append_is_a_400_naming_the_field_and_journals_nothing(core, body, field):
+    with pytest.raises(InvalidRequest) as e:
+        core.append_turns(ALICE, body)
+    assert e.value.field == field
+    assert core.journal.stats().pending == 0
+
+
+def test_session_start_shows_a_just_appended_turn_before_it_is_stored(core):
+    core.flusher.stop(drain=False)  # nothing reaches the store: the journal alone has it
+    core.append_turns(ALICE, {"turns": [{"user": "I moved to Lyon.", "assistant": "Noted."}]})
+    assert [t["text"].split("Q: ")[1] for t in core.session_start(ALICE)["recent_turns"]] == \
+        ["I moved to Lyon. / A: Noted."]
