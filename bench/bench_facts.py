@@ -1,0 +1,354 @@
+"""Fact store latency: the session-start read and the supersession write, SQLite and PostgreSQL.
+
+    python bench/bench_facts.py [--users 100] [--facts 1000] [--reads 500] [--writes 300]
+                                [--small-users 100] [--superseded 0.2] [--seed 0]
+                                [--backends sqlite postgresql]
+
+Data per back end (a fresh database each): ``--users`` users with ``--facts`` active facts each
+(keys ``pref.item_0000`` ..; 80% temporal, 15% profile, 5% ephemeral expiring a day from now;
+values ~50 characters, every other fact with a turn id), plus one superseded older row for
+``--superseded`` of the keys (history that the active read must skip), and ``--small-users``
+users with 10 active facts each (the common case). Loaded in bulk, not through ``assert_fact``:
+rows are built in Python with explicit ids (so each superseded row can name its successor) and
+inserted through the store's engine with ``conn.execute(insert(facts), rows)`` (executemany),
+one transaction per 10 users, active rows before the superseded ones that reference them (the
+foreign key is checked per statement). PostgreSQL's identity sequence is then moved past the
+largest id, and both databases are ANALYZEd.
+
+SQLite is a WAL file in a fresh temp folder (the store's settings: synchronous=FULL, so every
+commit fsyncs); PostgreSQL 15 is a throwaway local server (tests/integration/postgres.py:
+initdb + pg_ctl on 127.0.0.1 over TCP, fsync on, default settings), client and server on the
+same machine.
+
+Measured, one client, sequential, after a warm-up (``--reads // 10`` calls of each, excluded):
+
+- ``active()`` of a random 1,000-fact user (``--reads`` reads), and of a random 10-fact user;
+- where one 1,000-row read's time goes (medians): the raw driver ``execute`` + ``fetchall`` of
+  the store's compiled SQL on a held DBAPI connection, building the ``Fact`` tuples from those
+  rows, and the rest (pool checkout with pre-ping, BEGIN / COMMIT, argument checks);
+- ``assert_fact`` of a new value for an existing key of a random user (a supersession: the
+  background lane's write), ``--writes`` writes;
+- ``timeline()`` of a superseded key, and ``user_lock`` taken and released.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(1, str(ROOT))
+from machine import machine_info  # noqa: E402  (bench/machine.py, beside this script)
+
+from memroute.memory.facts import (  # noqa: E402
+    ACTIVE,
+    EPHEMERAL,
+    EXPLICIT,
+    INFERRED,
+    PROFILE,
+    SUPERSEDED,
+    TEMPORAL,
+    Fact,
+    FactInput,
+    FactStore,
+)
+from memroute.memory.facts.schema import facts  # noqa: E402
+
+DAY = 86400.0
+SMALL_FACTS = 10
+USERS_PER_TX = 10
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def timed(fn: Callable[[], Any], n: int, warmup: int) -> list[float]:
+    """Milliseconds of each of ``n`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1e6)
+    return out
+
+
+# ---------------------------------------------------------------------------- data
+def key_of(j: int) -> str:
+    return f"pref.item_{j:04d}"
+
+
+def category_of(j: int) -> str:
+    r = j % 20
+    return EPHEMERAL if r == 19 else PROFILE if r >= 16 else TEMPORAL
+
+
+def user_rows(uid: str, n_facts: int, superseded: float, next_id: int, now: float,
+              rng: random.Random) -> tuple[list[dict], list[dict], int]:
+    """(active rows, superseded rows, next free id) of one user."""
+    t0 = now - 30 * DAY
+    active, old = [], []
+    n_old = round(n_facts * superseded)
+    with_old = set(rng.sample(range(n_facts), n_old))
+    for j in range(n_facts):
+        cat = category_of(j)
+        src = INFERRED if j % 7 == 0 else EXPLICIT
+        turn = 1000 + j if j % 2 == 0 else None
+        base = {"user_id": uid, "key": key_of(j), "category": cat, "source": src,
+                "turn_id": turn, "retracted_at": None}
+        born = t0 + j
+        if j in with_old:
+            old_id, new_id = next_id, next_id + 1
+            next_id += 2
+            changed = t0 + 10 * DAY + j
+            old.append({**base, "id": old_id, "value": f"earlier value {j} of {uid}, since changed",
+                        "status": SUPERSEDED, "valid_from": born, "valid_until": changed,
+                        "recorded_at": born, "ended_at": changed, "superseded_by": new_id,
+                        "expires_at": born + DAY if cat == EPHEMERAL else None})
+            born = changed
+        else:
+            new_id = next_id
+            next_id += 1
+        active.append({**base, "id": new_id, "value": f"value {j} of {uid}: something they said",
+                       "status": ACTIVE, "valid_from": born, "valid_until": None,
+                       "recorded_at": born, "ended_at": None, "superseded_by": None,
+                       "expires_at": now + DAY if cat == EPHEMERAL else None})
+    return active, old, next_id
+
+
+def load(store: FactStore, users: list[str], small: list[str], n_facts: int, superseded: float,
+         rng: random.Random) -> tuple[float, int]:
+    """Bulk insert; (seconds, rows)."""
+    now = time.time()
+    t0 = time.perf_counter()
+    next_id, rows = 1, 0
+    groups = [(users[i:i + USERS_PER_TX], n_facts) for i in range(0, len(users), USERS_PER_TX)]
+    groups += [(small[i:i + 100], SMALL_FACTS) for i in range(0, len(small), 100)]
+    for group, n in groups:
+        active, old = [], []
+        for uid in group:
+            a, o, next_id = user_rows(uid, n, superseded, next_id, now, rng)
+            active += a
+            old += o
+        with store.engine.begin() as conn:
+            conn.execute(sa.insert(facts), active)
+            if old:
+                conn.execute(sa.insert(facts), old)
+        rows += len(active) + len(old)
+    with store.engine.begin() as conn:
+        if store.backend == "postgresql":
+            conn.execute(sa.text("SELECT setval(pg_get_serial_sequence('facts', 'id'), "
+                                 "(SELECT max(id) FROM facts))"))
+    if store.backend == "postgresql":
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE facts"))
+    else:
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("ANALYZE"))
+    return time.perf_counter() - t0, rows
+
+
+# ---------------------------------------------------------------------------- measure
+def plan(store: FactStore, uid: str) -> str:
+    sql, names = store._active_sql
+    params: Any = {"user_id": uid, "now": time.time()}
+    with store.engine.connect() as conn:
+        cur = conn.connection.dbapi_connection.cursor()
+        if store.backend == "sqlite":
+            cur.execute("EXPLAIN QUERY PLAN " + sql, tuple(params[n] for n in names))
+            return "; ".join(str(r[-1]) for r in cur.fetchall())
+        cur.execute("EXPLAIN " + sql, params)
+        return "; ".join(r[0].strip() for r in cur.fetchall())
+
+
+def big_reads(store: FactStore, users: list[str], n: int, warmup: int,
+              rng: random.Random) -> dict[str, list[float]]:
+    """``store.active()`` of random 1,000-fact users, interleaved (rotating order, so drift in
+    the machine's load hits all alike) with the same read split up on a held DBAPI connection:
+    the driver's execute + fetchall of the store's compiled SQL, building the Fact tuples from
+    those rows, and the query alone in the database (``count(*)`` over it: no rows to Python)."""
+    sql, names = store._active_sql
+    count_sql = f"SELECT count(*) FROM ({sql}) AS a"
+    make = Fact._make
+    out: dict[str, list[float]] = {"active": [], "fetch": [], "build": [], "query": []}
+    with store.engine.connect() as conn:
+        dbapi = conn.connection.dbapi_connection
+
+        def args_of(uid: str) -> Any:
+            params: Any = {"user_id": uid, "now": time.time()}
+            return params if names is None else tuple(params[k] for k in names)
+
+        def active(uid: str) -> None:
+            t0 = time.perf_counter_ns()
+            store.active(uid)
+            out["active"].append((time.perf_counter_ns() - t0) / 1e6)
+
+        def split(uid: str) -> None:
+            t0 = time.perf_counter_ns()
+            cur = dbapi.cursor()
+            cur.execute(sql, args_of(uid))
+            rows = cur.fetchall()
+            cur.close()
+            t1 = time.perf_counter_ns()
+            facts_ = [make((i, uid, k, v, c, s, ACTIVE, vf, None, rec, None, exp, None, None, t))
+                      for i, k, v, c, s, vf, rec, exp, t in rows]
+            t2 = time.perf_counter_ns()
+            assert len(facts_) == len(rows)
+            out["fetch"].append((t1 - t0) / 1e6)
+            out["build"].append((t2 - t1) / 1e6)
+
+        def query(uid: str) -> None:
+            t0 = time.perf_counter_ns()
+            cur = dbapi.cursor()
+            cur.execute(count_sql, args_of(uid))
+            got = cur.fetchall()[0][0]
+            cur.close()
+            out["query"].append((time.perf_counter_ns() - t0) / 1e6)
+            assert got > 0
+
+        steps = [active, split, query]
+        for i in range(warmup + n):
+            uid = rng.choice(users)
+            for step in steps[i % 3:] + steps[:i % 3]:
+                step(uid)
+            if i < warmup:
+                for xs in out.values():
+                    xs.clear()
+        if store.backend == "postgresql":
+            dbapi.rollback()
+    return out
+
+
+def run_backend(backend: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    users = [f"bench:u{i:04d}" for i in range(args.users)]
+    small = [f"bench:s{i:04d}" for i in range(args.small_users)]
+    store = FactStore(url)
+    try:
+        load_s, rows = load(store, users, small, args.facts, args.superseded, rng)
+        print(f"[{backend}] loaded {rows:,} rows in {load_s:.1f} s "
+              f"({rows / load_s:,.0f} rows/s)", file=sys.stderr)
+        got = store.active(users[0])
+        assert len(got) == args.facts, (len(got), args.facts)
+        assert len(store.active(small[0])) == SMALL_FACTS
+        warm = max(1, args.reads // 10)
+        res: dict[str, Any] = {"rows": rows, "load_s": load_s, "plan": plan(store, users[0])}
+        res["big"] = big_reads(store, users, args.reads, warm, rng)
+        res["active_10"] = timed(lambda: store.active(rng.choice(small)), args.reads, warm)
+        n_sup = max(1, round(args.facts * args.superseded))
+        history = [(u, f.key) for u in users[:5] for f in store.active(u)
+                   if len(store.timeline(u, f.key)) > 1][:n_sup]
+        res["timeline"] = timed(lambda: store.timeline(*rng.choice(history)), args.reads, warm)
+        counter = iter(range(10**9))
+
+        def supersede() -> None:
+            uid, j = rng.choice(users), rng.randrange(args.facts)
+            f = store.assert_fact(uid, FactInput(key_of(j), f"new value {next(counter)} of {uid}",
+                                                 category=category_of(j), turn_id=next(counter)))
+            assert f.status == ACTIVE
+
+        res["assert"] = timed(supersede, args.writes, max(1, args.writes // 10))
+
+        def lock() -> None:
+            with store.user_lock(rng.choice(users)) as ok:
+                assert ok
+
+        res["lock"] = timed(lock, max(20, args.writes // 3), 5)
+        after = store.active(users[0])
+        assert len(after) == args.facts
+        res["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+        print(f"[{backend}] done, load {res['load_avg_1m_after']}", file=sys.stderr)
+        return res
+    finally:
+        store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--users", type=int, default=100)
+    ap.add_argument("--facts", type=int, default=1000)
+    ap.add_argument("--reads", type=int, default=500)
+    ap.add_argument("--writes", type=int, default=300)
+    ap.add_argument("--small-users", type=int, default=100)
+    ap.add_argument("--superseded", type=float, default=0.2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"],
+                    choices=["sqlite", "postgresql"])
+    args = ap.parse_args()
+
+    info = machine_info(("sqlalchemy", "psycopg", "psycopg-binary"))
+    import sqlite3
+
+    info["sqlite"] = sqlite3.sqlite_version
+    results: dict[str, dict[str, Any]] = {}
+    for backend in args.backends:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-facts-"))
+        server = None
+        try:
+            if backend == "sqlite":
+                url = f"sqlite:///{tmp / 'facts.sqlite3'}"
+            else:
+                from tests.integration.postgres import PostgresServer
+
+                server = PostgresServer().start()
+                url = server.create_database("bench_facts")
+                with sa.create_engine(url).connect() as conn:
+                    info["postgresql"] = conn.scalar(sa.text("SHOW server_version"))
+                print(f"[postgresql] throwaway server on 127.0.0.1:{server.port} "
+                      f"started in {server.start_s:.1f} s", file=sys.stderr)
+            results[backend] = run_backend(backend, url, args)
+        finally:
+            if server is not None:
+                server.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    print("machine:", ", ".join(f"{k}={v}" for k, v in info.items()))
+    print(f"users {args.users} x {args.facts} active facts + {args.superseded:.0%} superseded "
+          f"once, {args.small_users} users x {SMALL_FACTS}; {args.reads} reads, "
+          f"{args.writes} writes, one client, after a warm-up")
+    for backend, r in results.items():
+        print(f"{backend}: {r['rows']:,} rows loaded in {r['load_s']:.1f} s; load average "
+              f"after {r['load_avg_1m_after']}; plan: {r['plan']}")
+    print()
+    print("| back end | operation | n | p50 | p95 | p99 | target |")
+    print("|---|---|---|---|---|---|---|")
+    ops = [
+        ("active", f"`active()`, {args.facts:,} facts", "p95 <= 2 ms"),
+        ("active_10", f"`active()`, {SMALL_FACTS} facts", "p95 <= 2 ms"),
+        ("assert", "`assert_fact` supersession", "p95 <= 5 ms (the ack's)"),
+        ("timeline", "`timeline()` of a changed key", ""),
+        ("lock", "`user_lock` take + release", ""),
+    ]
+    for backend, r in results.items():
+        for name, label, target in ops:
+            xs = r["big"]["active"] if name == "active" else r[name]
+            print(f"| {backend} | {label} | {len(xs)} | {pct(xs, .5):.2f} ms | "
+                  f"{pct(xs, .95):.2f} ms | {pct(xs, .99):.2f} ms | {target} |")
+    print()
+    print(f"Where a {args.facts:,}-fact `active()` goes (medians):\n")
+    print("| back end | `active()` | driver execute + fetchall | of which the query alone "
+          "(`count(*)`) | build Fact tuples | rest (pool, pre-ping, BEGIN/COMMIT, checks) |")
+    print("|---|---|---|---|---|---|")
+    for backend, r in results.items():
+        m = {k: pct(v, .5) for k, v in r["big"].items()}
+        print(f"| {backend} | {m['active']:.2f} ms | {m['fetch']:.2f} ms | {m['query']:.2f} ms | "
+              f"{m['build']:.2f} ms | {m['active'] - m['fetch'] - m['build']:.2f} ms |")
+
+
+if __name__ == "__main__":
+    main()
