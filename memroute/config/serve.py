@@ -12,6 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memroute.config.api import ApiConfig, check_api_config
+from memroute.config.extraction import ExtractionConfig, check_extraction_config
+from memroute.config.facts import FactsConfig, check_facts_config
+from memroute.config.journal import JournalConfig, check_journal_config
 from memroute.config.schema import (
     AssetsConfig,
     EmbedderConfig,
@@ -24,8 +27,6 @@ from memroute.config.schema import (
     ordered_cascade,
 )
 from memroute.errors import ConfigError
-from memroute.config.journal import JournalConfig, check_journal_config
-from memroute.config.facts import FactsConfig, check_facts_config
 
 
 @dataclass
@@ -118,6 +119,8 @@ class ServeConfig:
     journal: JournalConfig = field(default_factory=JournalConfig)
     # url "" (the default): a SQLite file beside the journal (served_facts_config)
     facts: FactsConfig = field(default_factory=lambda: FactsConfig(url=""))
+    # facts from conversation, by the first tier, in the background (extraction_lane.py)
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     assets: AssetsConfig = field(default_factory=AssetsConfig)
     ray: RayConfig = field(default_factory=RayConfig)
@@ -175,6 +178,7 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
     check_api_config(cfg.api)
     check_journal_config(cfg.journal)
     check_facts_config(served_facts_config(cfg))
+    check_extraction_config(cfg.extraction)
     if cfg.http.host not in ("127.0.0.1", "localhost", "::1") and not cfg.http.allow_public_bind:
         raise ConfigError(
             f"http.host {cfg.http.host!r} is not a loopback address; set http.allow_public_bind=true "

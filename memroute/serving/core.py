@@ -43,8 +43,8 @@ from memroute.journal.idempotency import (
     Started,
 )
 from memroute.llm.base import Backend
+from memroute.memory.facts.extraction import Extractor
 from memroute.memory.facts.session import fact_json, session_start
-from memroute.serving.fact_requests import fact_input, turn_pairs
 from memroute.routing.router import RouteRequest
 from memroute.serving.erasure import (
     ErasureReport,
@@ -53,6 +53,8 @@ from memroute.serving.erasure import (
     erasure_audit,
     store_remover,
 )
+from memroute.serving.extraction_lane import ExtractionLane
+from memroute.serving.fact_requests import fact_input, turn_pairs
 from memroute.serving.shadow import ShadowJudge
 from memroute.serving.tier_health import TierHealth
 from memroute.types import RouteResult, TurnPair, memory_of, stable_id
@@ -105,6 +107,7 @@ class ServingCore:
             JournaledRetriever(self.retriever, self.journal),
         )
         self.shadow = self._shadow_judge(cfg)
+        self.extraction = self._extraction_lane(cfg)
         self.tier_health = TierHealth([t.name for t in self.router.tiers])
         self.flusher.start()  # replays whatever a previous process acknowledged but did not flush
         self.started_at = time.time()
@@ -116,6 +119,15 @@ class ServingCore:
         return ShadowJudge(cfg.shadow, tiers[-1], len(tiers) - 1, system_prompt=cfg.router.system_prompt,
                            max_tokens=cfg.router.max_tokens, registry=self.registry)
 
+    def _extraction_lane(self, cfg: ServeConfig) -> ExtractionLane | None:
+        """Facts from conversation, by the first (cheapest) tier, off the request path."""
+        if not cfg.extraction.enabled:
+            return None
+        backend = self.router.tiers[0].backend
+        return ExtractionLane(Extractor.from_config(backend, self.facts, cfg.extraction),
+                              threshold_tokens=cfg.extraction.threshold_tokens,
+                              count_text_tokens=backend.count_text_tokens)
+
     # -- memory writes (flusher thread) ------------------------------------------------------
 
     def _write_to_store(self, pairs: Sequence[TurnPair]) -> int:
@@ -125,6 +137,8 @@ class ServingCore:
         their WAL): an acknowledged pair would be lost (~10 ms per batch, searches unchanged).
         A server has its own WAL; it is flushed now and then (searching unflushed rows is slow)."""
         written = self.retriever.remember(pairs)
+        if self.extraction is not None:  # counted now, extracted on the lane's own thread
+            self.extraction.observe(pairs)
         with self._flush_lock:
             since = time.monotonic() - self._last_store_flush
             if self._flush_every_write or since >= self.cfg.ingress.store_flush_interval_s:
@@ -294,6 +308,7 @@ class ServingCore:
                         "last_error_at": f.last_error_at, "last_success_at": f.last_success_at},
             "uptime_s": round(time.time() - self.started_at, 1),
             **({"shadow": self.shadow.stats()} if self.shadow is not None else {}),
+            **({"extraction": self.extraction.stats()} if self.extraction is not None else {}),
         }
 
     def metrics(self) -> bytes:
@@ -365,7 +380,8 @@ class ServingCore:
     def _erasable_caches(self) -> list[Any]:
         """Per-user caches beside the retriever's BM25 (the read-your-writes vectors)."""
         rywr = self.router.retriever
-        return [rywr] if hasattr(rywr, "forget_user") and rywr is not self.retriever else []
+        caches = [rywr] if hasattr(rywr, "forget_user") and rywr is not self.retriever else []
+        return caches + ([self.extraction] if self.extraction is not None else [])
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Block until every journaled pair is in Milvus (and flushed); tests and shutdown."""
@@ -378,6 +394,8 @@ class ServingCore:
         if self.shadow is not None:
             self.shadow.close()
         left = self.flusher.stop(drain=True)
+        if self.extraction is not None:
+            self.extraction.close(wait=False)
         if left:
             log.warning("%d journaled turn-pairs not yet in the store; they replay on next start", left)
         self.store.close()
