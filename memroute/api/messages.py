@@ -128,7 +128,12 @@ def _call_id(raw: Any, path: str) -> str:
 
 
 def _content(raw: Any, path: str) -> str:
-    """A string, or an array of ``{"type": "text", "text": ...}`` parts joined by newlines."""
+    return text_content(raw, path, ("text",))
+
+
+def text_content(raw: Any, path: str, kinds: tuple[str, ...]) -> str:
+    """A string, or an array of text parts (``{"type": <one of kinds>, "text": ...}``) joined by
+    newlines (chat: ``text``; the Responses API: ``input_text`` / ``output_text``)."""
     if isinstance(raw, str):
         return check_text(raw, path)
     if raw is None:
@@ -142,11 +147,12 @@ def _content(raw: Any, path: str) -> str:
         p = f"{path}[{j}]"
         if not isinstance(part, dict):
             raise InvalidRequest(f"{p} must be an object, got {json_type(part)}", field=p)
-        if part.get("type") != "text":
-            kind = part.get("type")
+        kind = part.get("type")
+        if kind not in kinds:
             shown = repr(kind[:40]) if isinstance(kind, str) else json_type(kind)
+            allowed = " or ".join(repr(k) for k in kinds)
             raise InvalidRequest(
-                f"{p}.type must be 'text' (only text content is supported), got {shown}",
+                f"{p}.type must be {allowed} (only text content is supported), got {shown}",
                 field=f"{p}.type",
             )
         text = part.get("text")

@@ -55,6 +55,7 @@ from typing import Any
 
 from memroute.api.messages import check_text as _check_text
 from memroute.api.messages import json_type as _json_type
+from memroute.api.messages import text_content as _text_content
 from memroute.api.responses_tools import chat_tool as _chat_tool
 from memroute.api.responses_tools import parse_tool_choice as _tool_choice
 from memroute.api.responses_tools import parse_tools as _tools
@@ -263,39 +264,6 @@ def _message(item: Mapping[str, Any], path: str) -> dict[str, Any]:
         )
     content = _text_content(item.get("content"), f"{path}.content", TEXT_PARTS)
     return {"role": "system" if role == "developer" else role, "content": content}
-
-
-def _text_content(raw: Any, path: str, kinds: tuple[str, ...]) -> str:
-    """A string, or an array of text parts (``kinds``) joined by newlines."""
-    if isinstance(raw, str):
-        return _check_text(raw, path)
-    if raw is None:
-        raise InvalidRequest(f"{path} is required", field=path)
-    if not isinstance(raw, list):
-        raise InvalidRequest(
-            f"{path} must be a string or an array of content parts, got {_json_type(raw)}",
-            field=path,
-        )
-    texts = []
-    for j, part in enumerate(raw):
-        p = f"{path}[{j}]"
-        if not isinstance(part, dict):
-            raise InvalidRequest(f"{p} must be an object, got {_json_type(part)}", field=p)
-        kind = part.get("type")
-        if kind not in kinds:
-            shown = repr(kind[:40]) if isinstance(kind, str) else _json_type(kind)
-            raise InvalidRequest(
-                f"{p}.type must be {' or '.join(kinds)} (only text content is supported), "
-                f"got {shown}",
-                field=f"{p}.type",
-            )
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise InvalidRequest(
-                f"{p}.text must be a string, got {_json_type(text)}", field=f"{p}.text"
-            )
-        texts.append(_check_text(text, f"{p}.text"))
-    return "\n".join(texts)
 
 
 def _function_call(item: Mapping[str, Any], path: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memroute.errors import InvalidRequest
@@ -475,3 +475,10 @@ class StreamText:
             return ""  # cannot happen with the engines' prefix-stable decoding
         delta, self.sent = final_text[len(self.sent) :], final_text
         return delta
+
+    def ending(self, reply: ModelReply) -> Iterator[str | ModelReply]:
+        """A stream's last items: the text not sent yet (if any), then the reply itself."""
+        tail = self.finish(reply.text)
+        if tail:
+            yield tail
+        yield reply

@@ -324,11 +324,8 @@ class MockBackend:
                 yield delta
             if text.stopped(so_far):
                 break
-        tail = text.finish(reply.text)
-        if tail:
-            yield tail
         reply.latency_s = time.perf_counter() - t0
-        yield reply
+        yield from text.ending(reply)
 
     def count_tokens(
         self,

@@ -178,10 +178,7 @@ class OpenAIHTTPBackend:
             raise BackendError(f"{self.model_id}: cannot reach {url}: {exc}") from exc
         reply = self._reply(acc.completion(), messages, time.perf_counter() - t0, options,
                             local_tools)
-        tail = text.finish(reply.text)
-        if tail:
-            yield tail
-        yield reply
+        yield from text.ending(reply)
 
     def count_tokens(
         self,

@@ -250,10 +250,7 @@ class TransformersBackend:
         if "error" in result:
             raise result["error"]
         reply = result["reply"]
-        tail = text.finish(reply.text)
-        if tail:
-            yield tail
-        yield reply
+        yield from text.ending(reply)
 
     def count_tokens(
         self,

@@ -202,10 +202,7 @@ class VLLMBackend:
             if final is None:
                 engine.abort_request([request_id])
         reply = self._reply(final, stop, time.perf_counter() - t0, options)
-        tail = text.finish(reply.text)
-        if tail:
-            yield tail
-        yield reply
+        yield from text.ending(reply)
 
     def count_tokens(
         self,
