@@ -1,4 +1,5 @@
-"""Fact store latency: the session-start read and the supersession write, SQLite and PostgreSQL.
+"""Fact store latency: session start, the supersession write and the turn-append acknowledgement,
+SQLite and PostgreSQL.
 
     python bench/bench_facts.py [--users 100] [--facts 1000] [--reads 500] [--writes 300]
                                 [--small-users 100] [--superseded 0.2] [--seed 0]
@@ -20,9 +21,23 @@ commit fsyncs); PostgreSQL 15 is a throwaway local server (tests/integration/pos
 initdb + pg_ctl on 127.0.0.1 over TCP, fsync on, default settings), client and server on the
 same machine.
 
+Every user also gets its ``fact_versions`` token (as a first write would give it) and
+``--turns`` recent turn-pairs through ``record_turns`` (the background lane's write).
+
 Measured, one client, sequential, after a warm-up (``--reads // 10`` calls of each, excluded):
 
-- ``active()`` of a random 1,000-fact user (``--reads`` reads), and of a random 10-fact user;
+- **session start** as the endpoint builds it (``session_start()`` with the store's recent
+  turns and a ``RenderCache``, then ``to_json()``) of a random 1,000-fact user: ``cached`` (the
+  user's facts unchanged since the last session start: one token lookup, the recent-turns read,
+  the rendered facts reused) and ``after a change`` (an untimed supersession of one of the
+  user's facts right before each timed call: the full read and render), and the
+  ``json.dumps`` of that body (the HTTP layer's next step, reported apart);
+- **turn append** acknowledgement: parsing a one-turn ``POST /v1/memory/turns`` body
+  (``fact_requests.turn_pairs``) and the journal's durable append (SQLite WAL, fsync per
+  commit) into a journal holding 10,000 entries. The journal is SQLite on every deployment
+  today (a PostgreSQL journal is issue 16), so this row is the same for both back ends;
+- ``active()`` on a store with the cache off (``cache_users=0``), of a random 1,000-fact
+  user, and of a random 10-fact user;
 - where one 1,000-row read's time goes (medians): the raw driver ``execute`` + ``fetchall`` of
   the store's compiled SQL on a held DBAPI connection, building the ``Fact`` tuples from those
   rows, and the rest (pool checkout with pre-ping, BEGIN / COMMIT, argument checks);
@@ -34,6 +49,7 @@ Measured, one client, sequential, after a warm-up (``--reads // 10`` calls of ea
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -63,7 +79,12 @@ from memroute.memory.facts import (  # noqa: E402
     FactInput,
     FactStore,
 )
-from memroute.memory.facts.schema import facts  # noqa: E402
+from memroute.journal.sqlite_journal import Journal  # noqa: E402
+from memroute.memory.facts.schema import fact_versions, facts  # noqa: E402
+from memroute.memory.facts.session import RenderCache, session_start  # noqa: E402
+from memroute.memory.facts.versions import new_token  # noqa: E402
+from memroute.serving.fact_requests import turn_pairs  # noqa: E402
+from memroute.types import TurnPair  # noqa: E402
 
 DAY = 86400.0
 SMALL_FACTS = 10
@@ -148,6 +169,8 @@ def load(store: FactStore, users: list[str], small: list[str], n_facts: int, sup
             conn.execute(sa.insert(facts), active)
             if old:
                 conn.execute(sa.insert(facts), old)
+            conn.execute(sa.insert(fact_versions),
+                         [{"user_id": uid, "token": new_token()} for uid in group])
         rows += len(active) + len(old)
     with store.engine.begin() as conn:
         if store.backend == "postgresql":
@@ -164,7 +187,7 @@ def load(store: FactStore, users: list[str], small: list[str], n_facts: int, sup
 
 # ---------------------------------------------------------------------------- measure
 def plan(store: FactStore, uid: str) -> str:
-    sql, names = store._active_sql
+    sql, names, _ = store._active_sql
     params: Any = {"user_id": uid, "now": time.time()}
     with store.engine.connect() as conn:
         cur = conn.connection.dbapi_connection.cursor()
@@ -181,7 +204,7 @@ def big_reads(store: FactStore, users: list[str], n: int, warmup: int,
     the machine's load hits all alike) with the same read split up on a held DBAPI connection:
     the driver's execute + fetchall of the store's compiled SQL, building the Fact tuples from
     those rows, and the query alone in the database (``count(*)`` over it: no rows to Python)."""
-    sql, names = store._active_sql
+    sql, names, _ = store._active_sql
     count_sql = f"SELECT count(*) FROM ({sql}) AS a"
     make = Fact._make
     out: dict[str, list[float]] = {"active": [], "fetch": [], "build": [], "query": []}
@@ -233,13 +256,79 @@ def big_reads(store: FactStore, users: list[str], n: int, warmup: int,
     return out
 
 
+def recent_pairs(uid: str, n: int, now: float) -> list[TurnPair]:
+    return [TurnPair(uid, f"s{i // 4}", i, f"what did we say about item {i}?",
+                     f"we said item {i} is something {uid} cares about", int(now - DAY * (n - i)),
+                     "bench", created_at=now - DAY * (n - i)) for i in range(n)]
+
+
+def session_reads(store: FactStore, users: list[str], n: int, warmup: int, recent: int,
+                  rng: random.Random) -> dict[str, list[float]]:
+    """Session start as the endpoint builds it: cached, and right after a change (module doc)."""
+    cache = RenderCache()
+    out: dict[str, list[float]] = {"session": [], "session_changed": [], "json": []}
+    counter = iter(range(10**9))
+
+    def body(uid: str) -> dict[str, Any]:
+        return session_start(store, uid, recent=recent, cache=cache).to_json()
+
+    for uid in users:  # every user's session has started once: the cache is warm
+        body(uid)
+    for i in range(warmup + n):
+        uid = rng.choice(users)
+        t0 = time.perf_counter_ns()
+        got = body(uid)
+        t1 = time.perf_counter_ns()
+        json.dumps(got)
+        t2 = time.perf_counter_ns()
+        j = rng.randrange(len(got["facts"]) + len(got["profile"]))
+        store.assert_fact(uid, FactInput(key_of(j), f"changed {next(counter)}",
+                                         category=category_of(j)))
+        t3 = time.perf_counter_ns()
+        changed = body(uid)
+        t4 = time.perf_counter_ns()
+        assert len(got["recent_turns"]) == recent and len(changed["facts"]) == len(got["facts"])
+        if i >= warmup:
+            out["session"].append((t1 - t0) / 1e6)
+            out["json"].append((t2 - t1) / 1e6)
+            out["session_changed"].append((t4 - t3) / 1e6)
+    return out
+
+
+def append_acks(n: int, warmup: int) -> list[float]:
+    """The turn-append acknowledgement: body parsing + the journal's durable append."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-journal-"))
+    try:
+        with Journal(tmp / "journal.sqlite3") as journal:
+            now = time.time()
+            for u in range(100):
+                journal.append(recent_pairs(f"bench:j{u:03d}", 100, now))
+            counter = iter(range(10**9))
+
+            def ack() -> None:
+                k = next(counter)
+                body = {"turns": [{"user": f"my budget is now {k} euros",
+                                   "assistant": "Noted, I will use that from now on.",
+                                   "session_id": f"append-{k // 10}"}]}
+                pairs = turn_pairs(body, f"bench:j{k % 100:03d}", max_chars=100_000)
+                assert len(journal.append(pairs)) == 1
+
+            return timed(ack, n, warmup)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_backend(backend: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     users = [f"bench:u{i:04d}" for i in range(args.users)]
     small = [f"bench:s{i:04d}" for i in range(args.small_users)]
     store = FactStore(url)
+    uncached = FactStore(url, cache_users=0)
     try:
         load_s, rows = load(store, users, small, args.facts, args.superseded, rng)
+        now = time.time()
+        store.record_turns([p for u in users + small for p in recent_pairs(u, args.turns, now)],
+                           keep=args.turns)
         print(f"[{backend}] loaded {rows:,} rows in {load_s:.1f} s "
               f"({rows / load_s:,.0f} rows/s)", file=sys.stderr)
         got = store.active(users[0])
@@ -247,8 +336,9 @@ def run_backend(backend: str, url: str, args: argparse.Namespace) -> dict[str, A
         assert len(store.active(small[0])) == SMALL_FACTS
         warm = max(1, args.reads // 10)
         res: dict[str, Any] = {"rows": rows, "load_s": load_s, "plan": plan(store, users[0])}
-        res["big"] = big_reads(store, users, args.reads, warm, rng)
-        res["active_10"] = timed(lambda: store.active(rng.choice(small)), args.reads, warm)
+        res.update(session_reads(store, users, args.reads, warm, min(5, args.turns), rng))
+        res["big"] = big_reads(uncached, users, args.reads, warm, rng)
+        res["active_10"] = timed(lambda: uncached.active(rng.choice(small)), args.reads, warm)
         n_sup = max(1, round(args.facts * args.superseded))
         history = [(u, f.key) for u in users[:5] for f in store.active(u)
                    if len(store.timeline(u, f.key)) > 1][:n_sup]
@@ -274,6 +364,7 @@ def run_backend(backend: str, url: str, args: argparse.Namespace) -> dict[str, A
         print(f"[{backend}] done, load {res['load_avg_1m_after']}", file=sys.stderr)
         return res
     finally:
+        uncached.close()
         store.close()
 
 
@@ -285,6 +376,7 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=500)
     ap.add_argument("--writes", type=int, default=300)
     ap.add_argument("--small-users", type=int, default=100)
+    ap.add_argument("--turns", type=int, default=20, help="recent turns recorded per user")
     ap.add_argument("--superseded", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"],
@@ -324,12 +416,19 @@ def main() -> None:
     for backend, r in results.items():
         print(f"{backend}: {r['rows']:,} rows loaded in {r['load_s']:.1f} s; load average "
               f"after {r['load_avg_1m_after']}; plan: {r['plan']}")
+    acks = append_acks(args.writes, max(1, args.writes // 10))
     print()
     print("| back end | operation | n | p50 | p95 | p99 | target |")
     print("|---|---|---|---|---|---|---|")
+    print(f"| sqlite journal (all) | turn append ack (parse + fsync'd append) | {len(acks)} | "
+          f"{pct(acks, .5):.2f} ms | {pct(acks, .95):.2f} ms | {pct(acks, .99):.2f} ms | "
+          f"p95 <= 5 ms |")
     ops = [
-        ("active", f"`active()`, {args.facts:,} facts", "p95 <= 2 ms"),
-        ("active_10", f"`active()`, {SMALL_FACTS} facts", "p95 <= 2 ms"),
+        ("session", f"session start, {args.facts:,} facts, cached", "p95 <= 2 ms"),
+        ("session_changed", f"session start, {args.facts:,} facts, after a change", ""),
+        ("json", "`json.dumps` of that body (HTTP layer)", ""),
+        ("active", f"`active()` uncached, {args.facts:,} facts", ""),
+        ("active_10", f"`active()` uncached, {SMALL_FACTS} facts", ""),
         ("assert", "`assert_fact` supersession", "p95 <= 5 ms (the ack's)"),
         ("timeline", "`timeline()` of a changed key", ""),
         ("lock", "`user_lock` take + release", ""),

@@ -24,6 +24,9 @@ class FactsConfig:
     busy_timeout_s: float = 10.0  # SQLite: how long a write waits for the file's write lock
     pool_size: int = 5  # connections kept per store (and per process)
     recent_turns: int = 5  # turn-pairs session start returns with the facts
+    # Users whose active facts a store keeps in memory between session starts (valid while the
+    # user's version token in the database is unchanged: safe across replicas); 0 = off.
+    cache_users: int = 10000
 
 
 def _scheme(url: str) -> str:
@@ -75,6 +78,11 @@ def check_facts_config(cfg: FactsConfig) -> FactsConfig:
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100:
         raise ConfigError(f"pool_size must be an integer in [1, 100], got {size!r}",
                           field="facts.pool_size")
+    for name, high in (("cache_users", 10_000_000), ("recent_turns", 100)):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise ConfigError(f"{name} must be an integer in [0, {high}], got {value!r}",
+                              field=f"facts.{name}")
     return cfg
 
 

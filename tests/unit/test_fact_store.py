@@ -12,6 +12,7 @@ from memroute.config.facts import FactsConfig, check_facts_config, facts_backend
 from memroute.errors import ConfigError
 from memroute.memory.facts import FactInput, FactStore
 from memroute.memory.facts.store import active_query
+from tests.fact_cache_cases import FactCacheCases
 from tests.fact_store_cases import ALICE, BOB, Clock, FactStoreCases, race
 
 
@@ -35,6 +36,10 @@ def make_store(db_url):
 
 
 class TestSqliteFactStore(FactStoreCases):
+    pass
+
+
+class TestSqliteFactCache(FactCacheCases):
     pass
 
 

@@ -9,6 +9,12 @@ Tables:
   :meth:`~memroute.memory.facts.store.FactStore.retract` also match the user.
 - ``fact_locks`` (SQLite only): the per-user extraction lock as a lease row. PostgreSQL uses a
   session advisory lock instead (:mod:`memroute.memory.facts.locks`).
+- ``fact_versions``: one row per user with a random token that every change of the user's
+  facts replaces in the same transaction; a replica's cached session start is valid while the
+  token it was built under is still there (:mod:`memroute.memory.facts.versions`).
+- ``recent_turns``: the newest turn-pairs of each user (``facts.recent_turns`` of them), written
+  by the background lane, so session start reads them with one indexed ``LIMIT`` query instead
+  of listing the user's memories in the vector store.
 
 Indexes:
 
@@ -115,6 +121,28 @@ fact_locks = sa.Table(
     sqlite_with_rowid=False,
 )
 
+fact_versions = sa.Table(
+    "fact_versions",
+    metadata,
+    sa.Column("user_id", _TEXT_ID, primary_key=True),
+    sa.Column("token", sa.BigInteger(), nullable=False),
+)
+
+recent_turns = sa.Table(
+    "recent_turns",
+    metadata,
+    sa.Column("user_id", _TEXT_ID, primary_key=True),
+    sa.Column("turn_id", sa.BigInteger(), primary_key=True),  # TurnPair.id
+    sa.Column("session_id", sa.String(256), nullable=False),
+    sa.Column("turn_index", sa.Integer(), nullable=False),
+    sa.Column("session_time", sa.BigInteger(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("source_model", sa.String(200), nullable=False),
+    sa.Column("text", sa.Text(), nullable=False),
+)
+sa.Index("recent_turns_order", recent_turns.c.user_id, recent_turns.c.session_time,
+         recent_turns.c.created_at)
+
 # The columns in Fact's field order: a row is Fact(*row).
 FACT_COLUMNS = tuple(facts.c[name] for name in FACT_FIELDS)
 IS_ACTIVE = sa.text(ACTIVE_SQL)
@@ -181,7 +209,9 @@ def _sqlite_engine(url: str, busy_timeout_s: float, pool_size: int) -> Engine:
 def create_schema(write_engine: Engine, backend: str) -> None:
     """Create what is missing (idempotent, safe when several stores start at once) and check
     that an existing ``facts`` table is ours."""
-    tables = [facts, fact_locks] if backend == "sqlite" else [facts]
+    tables = [facts, fact_versions, recent_turns]
+    if backend == "sqlite":
+        tables.append(fact_locks)
     with write_engine.begin() as conn:
         if backend == "postgresql":  # DDL is transactional there; one creator at a time
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(SCHEMA_LOCK_KEY)))
@@ -204,7 +234,9 @@ __all__ = [
     "create_schema",
     "engine_url",
     "fact_locks",
+    "fact_versions",
     "facts",
     "metadata",
     "open_engine",
+    "recent_turns",
 ]

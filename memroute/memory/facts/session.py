@@ -8,13 +8,20 @@ of the memory search the agent calls only when it needs more.
 
 The context block separates what the user asserted (``explicit`` / ``confirmed``) from what was
 inferred, so a model does not state a guess as the user's word.
+
+Speed: at a thousand facts, turning rows into JSON and text costs more than the read. The
+store hands back the same snapshot object while a user's facts are unchanged
+(:meth:`FactStore.active_snapshot`), so :class:`RenderCache` keeps what was built from it
+and reuses it by identity; only the recent turns are rendered per call.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from memroute.memory.facts.store import FactStore
 from memroute.memory.facts.types import INFERRED, PROFILE, Fact
@@ -38,19 +45,71 @@ MEMORY_SEARCH_TOOL: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class SessionStart:
+class RenderedFacts(NamedTuple):
+    """What session start builds from a user's active facts (shared: treat as read-only)."""
+
     profile: list[Fact]
     facts: list[Fact]  # temporal and ephemeral, active and not expired
+    profile_json: list[dict[str, Any]]
+    facts_json: list[dict[str, Any]]
+    text: str  # the facts part of the context block
+
+
+def render_facts(active: Sequence[Fact]) -> RenderedFacts:
+    profile = [f for f in active if f.category == PROFILE]
+    facts = [f for f in active if f.category != PROFILE]
+    return RenderedFacts(profile, facts, [fact_json(f) for f in profile],
+                         [fact_json(f) for f in facts], _facts_text(active))
+
+
+class RenderCache:
+    """The last :class:`RenderedFacts` per user, reused while the store returns the same
+    snapshot object (a bounded LRU; thread-safe)."""
+
+    def __init__(self, max_users: int = 10000) -> None:
+        self.max_users = max_users
+        self._entries: OrderedDict[str, tuple[Sequence[Fact], RenderedFacts]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def render(self, user_id: str, active: Sequence[Fact]) -> RenderedFacts:
+        with self._lock:
+            entry = self._entries.get(user_id)
+            if entry is not None and entry[0] is active:
+                self._entries.move_to_end(user_id)
+                return entry[1]
+        rendered = render_facts(active)
+        if self.max_users > 0:
+            with self._lock:
+                self._entries[user_id] = (active, rendered)
+                self._entries.move_to_end(user_id)
+                while len(self._entries) > self.max_users:
+                    self._entries.popitem(last=False)
+        return rendered
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    rendered: RenderedFacts
     recent_turns: list[Memory] = field(default_factory=list)
-    context: str = ""
     tool: dict[str, Any] = field(default_factory=lambda: MEMORY_SEARCH_TOOL)
+
+    @property
+    def profile(self) -> list[Fact]:
+        return self.rendered.profile
+
+    @property
+    def facts(self) -> list[Fact]:
+        return self.rendered.facts
+
+    @property
+    def context(self) -> str:
+        return _join(self.rendered.text, _turns_text(self.recent_turns))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "object": "memory.session_start",
-            "profile": [fact_json(f) for f in self.profile],
-            "facts": [fact_json(f) for f in self.facts],
+            "profile": list(self.rendered.profile_json),
+            "facts": list(self.rendered.facts_json),
             "recent_turns": [{"id": str(m.id), "text": m.text, "session_time": m.session_time}
                              for m in self.recent_turns],
             "context": self.context,
@@ -59,17 +118,29 @@ class SessionStart:
 
 
 def session_start(
-    store: FactStore, user_id: str, *, recent_turns: Sequence[Memory] = (), now: float | None = None
+    store: FactStore, user_id: str, *, recent: int = 0, pending: Sequence[Memory] = (),
+    now: float | None = None, cache: RenderCache | None = None,
+    recent_turns: Sequence[Memory] | None = None,
 ) -> SessionStart:
-    active = store.active(user_id, now=now)
-    profile = [f for f in active if f.category == PROFILE]
-    facts = [f for f in active if f.category != PROFILE]
-    turns = sorted(recent_turns, key=lambda m: (m.session_time, m.turn_index))
-    return SessionStart(profile, facts, list(turns), context_block(active, turns))
+    """The user's session start: active facts and the newest ``recent`` turn-pairs, read in one
+    transaction, plus ``pending`` (turns journaled but not yet recorded by the background lane:
+    read-your-writes), the newest ``recent`` of both by (session time, recording time)."""
+    active, stored = store.session_read(user_id, recent=recent, now=now)
+    rendered = cache.render(user_id, active) if cache is not None else render_facts(active)
+    turns = {m.id: m for m in stored}
+    turns.update((m.id, m) for m in pending)
+    if recent_turns is not None:  # TODO(session-start wiring): the caller's own turns, as before
+        return SessionStart(rendered, sorted(recent_turns, key=lambda m: (m.session_time, m.turn_index)))
+    newest = sorted(turns.values(), key=lambda m: (m.session_time, m.created_at, m.turn_index))
+    return SessionStart(rendered, newest[-recent:] if recent > 0 else [])
 
 
 def context_block(active: Sequence[Fact], recent_turns: Sequence[Memory] = ()) -> str:
     """Asserted facts, then possibilities, then the recent turns; empty when there is nothing."""
+    return _join(_facts_text(active), _turns_text(recent_turns))
+
+
+def _facts_text(active: Sequence[Fact]) -> str:
     asserted = [f for f in active if f.source != INFERRED]
     inferred = [f for f in active if f.source == INFERRED]
     parts = []
@@ -79,9 +150,17 @@ def context_block(active: Sequence[Fact], recent_turns: Sequence[Memory] = ()) -
     if inferred:
         parts.append("Possibly true (inferred, not confirmed by the user):\n"
                      + "\n".join(_fact_line(f) for f in inferred))
-    if recent_turns:
-        parts.append("Recent conversation:\n" + "\n".join(f"- {m.text}" for m in recent_turns))
     return "\n\n".join(parts)
+
+
+def _turns_text(recent_turns: Sequence[Memory]) -> str:
+    if not recent_turns:
+        return ""
+    return "Recent conversation:\n" + "\n".join(f"- {m.text}" for m in recent_turns)
+
+
+def _join(*parts: str) -> str:
+    return "\n\n".join(p for p in parts if p)
 
 
 def _fact_line(f: Fact) -> str:

@@ -40,6 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from memroute.config.facts import FactsConfig, check_facts_config, facts_backend
 from memroute.errors import ConfigError, InvalidRequest, NotFound
+from memroute.memory.facts import recent, versions
 from memroute.memory.facts.locks import AdvisoryLocks, LeaseLocks, fact_key_lock
 from memroute.memory.facts.schema import (
     FACT_COLUMNS,
@@ -48,8 +49,10 @@ from memroute.memory.facts.schema import (
     create_schema,
     engine_url,
     fact_locks,
+    fact_versions,
     facts,
     open_engine,
+    recent_turns,
 )
 from memroute.memory.facts.types import (
     ACTIVE,
@@ -66,7 +69,7 @@ from memroute.memory.facts.types import (
     check_time,
 )
 from memroute.namespace import SEPARATOR, validate_tenant
-from memroute.types import validate_user_id
+from memroute.types import Memory, TurnPair, validate_user_id
 
 _c = facts.c
 
@@ -110,11 +113,12 @@ class FactStore:
         lock_lease_s: float = FactsConfig.lock_lease_s,
         busy_timeout_s: float = FactsConfig.busy_timeout_s,
         pool_size: int = FactsConfig.pool_size,
+        cache_users: int = FactsConfig.cache_users,
         clock: Callable[[], float] = time.time,
     ) -> None:
         check_facts_config(FactsConfig(url=url, ephemeral_ttl_s=ephemeral_ttl_s,
                                        lock_lease_s=lock_lease_s, busy_timeout_s=busy_timeout_s,
-                                       pool_size=pool_size))
+                                       pool_size=pool_size, cache_users=cache_users))
         self.backend = facts_backend(url)
         self.ephemeral_ttl_s = float(ephemeral_ttl_s)
         self._clock = clock
@@ -122,11 +126,18 @@ class FactStore:
         self._engine = open_engine(url, self.backend, busy_timeout_s=busy_timeout_s,
                                    pool_size=pool_size)
         sqlite = self.backend == "sqlite"
-        compiled = active_query(sa.bindparam("user_id"), sa.bindparam("now")).compile(
-            dialect=self._engine.dialect)
-        self._active_sql = (compiled.string, compiled.positiontup)
+        self._active_sql = self._compiled(active_query(sa.bindparam("user_id"),
+                                                       sa.bindparam("now")))
+        self._token_sql = self._compiled(versions.TOKEN_QUERY)
+        self._recent_sql = self._compiled(recent.newest_query(sa.bindparam("user_id"),
+                                                              sa.bindparam("n")))
+        self.cache = versions.ActiveCache(cache_users)
         self._write = (self._engine.execution_options(**{WRITE_OPTION: True}) if sqlite
                        else self._engine)
+        # PostgreSQL reads run in autocommit: no BEGIN / COMMIT round trips. Each read is one
+        # statement or, for session start, token-first statements (safe: see .versions).
+        self._read = (self._engine if sqlite
+                      else self._engine.execution_options(isolation_level="AUTOCOMMIT"))
         try:
             try:
                 create_schema(self._write, self.backend)
@@ -148,7 +159,8 @@ class FactStore:
     def from_config(cls, cfg: FactsConfig, *, clock: Callable[[], float] = time.time) -> FactStore:
         check_facts_config(cfg)
         return cls(cfg.url, ephemeral_ttl_s=cfg.ephemeral_ttl_s, lock_lease_s=cfg.lock_lease_s,
-                   busy_timeout_s=cfg.busy_timeout_s, pool_size=cfg.pool_size, clock=clock)
+                   busy_timeout_s=cfg.busy_timeout_s, pool_size=cfg.pool_size,
+                   cache_users=cfg.cache_users, clock=clock)
 
     @property
     def engine(self) -> Engine:
@@ -174,7 +186,7 @@ class FactStore:
     def _tx(self, what: str, *, write: bool) -> Iterator[Connection]:
         if self._closed:
             raise FactStoreError("the fact store is closed")
-        with self._errors(what), (self._write if write else self._engine).begin() as conn:
+        with self._errors(what), (self._write if write else self._read).begin() as conn:
             yield conn
 
     def _lock_key(self, conn: Connection, user_id: str, key: str) -> None:
@@ -218,32 +230,76 @@ class FactStore:
             if current is not None:
                 conn.execute(sa.update(facts).where(_c.id == current.id)
                              .values(superseded_by=new_id))
+            versions.bump(conn, uid)
         return Fact(id=new_id, valid_until=None, ended_at=None, retracted_at=None,
                     superseded_by=None, **values)
 
     def active(self, user_id: str, *, now: float | None = None) -> list[Fact]:
         """The user's active facts not expired at ``now``, ordered by key (session start)."""
+        return list(self.active_snapshot(user_id, now=now))
+
+    def active_snapshot(self, user_id: str, *, now: float | None = None) -> tuple[Fact, ...]:
+        """:meth:`active` as a shared tuple: the same object while the user's facts are
+        unchanged (one token lookup per call; see :mod:`.versions`), so a caller can cache
+        what it builds from it by identity."""
+        return self.session_read(user_id, recent=0, now=now)[0]
+
+    def session_read(self, user_id: str, *, recent: int, now: float | None = None
+                     ) -> tuple[tuple[Fact, ...], list[Memory]]:
+        """Session start's reads in one transaction: :meth:`active_snapshot` and the user's
+        newest ``recent`` turns (:meth:`recent_turns`)."""
         uid = validate_user_id(user_id)
         at = self._now(now)
-        sql, names = self._active_sql
-        params: Any = {"user_id": uid, "now": at}
-        if names is not None:  # a positional paramstyle (SQLite's qmark)
-            params = tuple(params[n] for n in names)
         with self._tx("read active facts", write=False) as conn:
-            # The hot path: the SQL was compiled once, and the driver's own cursor skips
-            # SQLAlchemy's Row objects (a third of the time of a thousand-row read).
+            # The hot path: SQL compiled once, run on the driver's own cursor (SQLAlchemy's
+            # Row objects are a third of the time of a thousand-row read).
             cur = conn.connection.dbapi_connection.cursor()
             try:
-                cur.execute(sql, params)
-                rows = cur.fetchall()
+                token_rows = self._run(cur, self._token_sql, {"user_id": uid})
+                token = token_rows[0][0] if token_rows else None
+                turns = ([Memory(*r) for r in reversed(self._run(
+                    cur, self._recent_sql, {"user_id": uid, "n": recent}))] if recent > 0 else [])
+                cached = self.cache.get(uid, token, at)
+                if cached is not None:
+                    return cached, turns
+                rows = self._run(cur, self._active_sql, {"user_id": uid, "now": at})
             except self._engine.dialect.loaded_dbapi.Error as exc:
                 raise FactStoreError(f"fact store ({self.backend}) could not read active "
                                      f"facts: {type(exc).__name__}: {exc}") from exc
             finally:
                 cur.close()
         make = Fact._make
-        return [make((i, uid, k, v, c, s, ACTIVE, vf, None, rec, None, exp, None, None, t))
-                for i, k, v, c, s, vf, rec, exp, t in rows]
+        return self.cache.put(uid, token, at, [
+            make((i, uid, k, v, c, s, ACTIVE, vf, None, rec, None, exp, None, None, t))
+            for i, k, v, c, s, vf, rec, exp, t in rows]), turns
+
+    def _compiled(self, query: sa.Select) -> tuple[str, Any]:
+        compiled = query.compile(dialect=self._engine.dialect)
+        return compiled.string, compiled.positiontup, compiled.params  # params: the defaults
+
+    @staticmethod
+    def _run(cur: Any, compiled: tuple[str, Any, Any], params: dict[str, Any]) -> list[Any]:
+        sql, names, defaults = compiled
+        params = {**defaults, **params}
+        if names is not None:  # a positional paramstyle (SQLite's qmark)
+            params = tuple(params[n] for n in names)  # type: ignore[assignment]
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+    # -- recent turns (session start's, kept here: see :mod:`.recent`) -----------------------
+
+    def record_turns(self, pairs: list[TurnPair] | tuple[TurnPair, ...], *, keep: int) -> int:
+        """Remember ``pairs`` as their users' newest turns, keeping ``keep`` per user."""
+        for p in pairs:
+            validate_user_id(p.user_id)
+        if not pairs or keep <= 0:
+            return 0
+        with self._tx("record recent turns", write=True) as conn:
+            return recent.record(conn, pairs, keep)
+
+    def recent_turns(self, user_id: str, n: int) -> list[Memory]:
+        """The user's newest ``n`` recorded turn-pairs, oldest first."""
+        return self.session_read(user_id, recent=n)[1] if n > 0 else []
 
     def timeline(self, user_id: str, key: str) -> list[Fact]:
         """Every row of ``key`` (all statuses, expired ones too) by ``recorded_at``: the audit."""
@@ -303,6 +359,7 @@ class FactStore:
                 changes["valid_until"] = max(at, fact.valid_from)
                 changes["ended_at"] = changes["retracted_at"]
             conn.execute(sa.update(facts).where(_c.id == fid).values(**changes))
+            versions.bump(conn, uid)
         return fact._replace(**changes)
 
     # -- erasure (the only deletes) ---------------------------------------------------------
@@ -310,7 +367,8 @@ class FactStore:
     def erase_user(self, user_id: str) -> int:
         """Delete every fact of ``user_id`` (GDPR erasure); the number of rows removed."""
         uid = validate_user_id(user_id)
-        return self._erase(_c.user_id == uid, fact_locks.c.user_id == uid)
+        self.cache.drop(uid)
+        return self._erase(lambda col: col == uid)
 
     def erase_tenant(self, tenant: str) -> int:
         """Delete every fact of every user ``tenant:*``; the number of rows removed."""
@@ -323,14 +381,21 @@ class FactStore:
             return sa.and_(col >= prefix, col < upper,
                            sa.func.substr(col, 1, len(prefix)) == prefix)
 
-        return self._erase(of_tenant(_c.user_id), of_tenant(fact_locks.c.user_id))
+        self.cache.drop_prefix(prefix)
+        return self._erase(of_tenant)
 
-    def _erase(self, fact_rows: sa.ColumnElement[bool], lock_rows: sa.ColumnElement[bool]) -> int:
+    def _erase(self, of: Callable[[sa.ColumnElement[str]], sa.ColumnElement[bool]]) -> int:
+        """Delete the facts, version rows and recent turns whose user ``of`` selects; the
+        number of fact and turn rows removed."""
         now = float(self._clock())
         with self._tx("erase facts", write=True) as conn:
-            removed = conn.execute(sa.delete(facts).where(fact_rows)).rowcount
+            removed = conn.execute(sa.delete(facts).where(of(_c.user_id))).rowcount
+            removed += conn.execute(sa.delete(recent_turns)
+                                    .where(of(recent_turns.c.user_id))).rowcount
+            conn.execute(sa.delete(fact_versions).where(of(fact_versions.c.user_id)))
             if self.backend == "sqlite":  # expired leases name the user too; held ones stay
-                conn.execute(sa.delete(fact_locks).where(lock_rows, fact_locks.c.expires_at <= now))
+                conn.execute(sa.delete(fact_locks).where(of(fact_locks.c.user_id),
+                                                         fact_locks.c.expires_at <= now))
         return int(removed)
 
     # memroute.serving.erasure's UserCache protocol: the store can be one of its `caches`.
