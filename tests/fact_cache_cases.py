@@ -103,3 +103,26 @@ class FactCacheCases:
         store.record_turns([pair(ALICE, 0, 100), pair(BOB, 0, 100), pair(CAROL, 0, 100)], keep=5)
         assert store.erase_tenant("acme") == 2
         assert store.recent_turns(ALICE, 5) == [] and len(store.recent_turns(CAROL, 5)) == 1
+
+    # -- the extraction queue ----------------------------------------------------------------
+
+    def test_the_queue_totals_tokens_across_replicas_and_keeps_late_turns(self, make_store):
+        a, b = make_store(), make_store()
+        assert a.queue.enqueue([pair(ALICE, 0, 100), pair(ALICE, 1, 101)], [30, 40]) == {ALICE: 70}
+        # another replica, a retried pair (not counted twice) and a new one
+        assert b.queue.enqueue([pair(ALICE, 1, 101), pair(ALICE, 2, 102), pair(BOB, 0, 5)],
+                               [40, 50, 7]) == {ALICE: 120, BOB: 7}
+        assert a.queue.users_over(100) == [ALICE] and a.queue.users_over(5) == [ALICE, BOB]
+        read = b.queue.queued(ALICE)
+        assert [p.turn_index for p in read] == [0, 1, 2] and read[0] == pair(ALICE, 0, 100)
+        a.queue.enqueue([pair(ALICE, 3, 103)], [10])  # arrives while the run extracts
+        assert b.queue.remove(ALICE, [p.id for p in read]) == 3
+        assert [p.turn_index for p in a.queue.queued(ALICE)] == [3]
+        assert a.queue.pending_tokens(ALICE) == 10
+        assert a.queue.stats() == {"users_queued": 2, "turns_queued": 2}
+
+    def test_erasure_empties_the_queue(self, make_store):
+        store = make_store()
+        store.queue.enqueue([pair(ALICE, 0, 100), pair(CAROL, 0, 100)], [5, 5])
+        assert store.erase_user(ALICE) == 1
+        assert store.queue.queued(ALICE) == [] and store.queue.pending_tokens(CAROL) == 5

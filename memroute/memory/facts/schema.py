@@ -15,6 +15,10 @@ Tables:
 - ``recent_turns``: the newest turn-pairs of each user (``facts.recent_turns`` of them), written
   by the background lane, so session start reads them with one indexed ``LIMIT`` query instead
   of listing the user's memories in the vector store.
+- ``extraction_queue``: turn-pairs stored but not yet extracted, with their token counts: the
+  background lane's durable, shared work list (:mod:`memroute.memory.facts.queue`). Every
+  replica enqueues here, so a user's threshold counts all their turns whichever replica
+  answered them, and a restart loses none.
 
 Indexes:
 
@@ -143,6 +147,17 @@ recent_turns = sa.Table(
 sa.Index("recent_turns_order", recent_turns.c.user_id, recent_turns.c.session_time,
          recent_turns.c.created_at)
 
+extraction_queue = sa.Table(
+    "extraction_queue",
+    metadata,
+    sa.Column("user_id", _TEXT_ID, primary_key=True),
+    sa.Column("turn_id", sa.BigInteger(), primary_key=True),  # TurnPair.id
+    sa.Column("tokens", sa.Integer(), nullable=False),
+    sa.Column("session_time", sa.BigInteger(), nullable=False),
+    sa.Column("created_at", sa.Double(), nullable=False),
+    sa.Column("pair", sa.Text(), nullable=False),  # the TurnPair as JSON (journal codec)
+)
+
 # The columns in Fact's field order: a row is Fact(*row).
 FACT_COLUMNS = tuple(facts.c[name] for name in FACT_FIELDS)
 IS_ACTIVE = sa.text(ACTIVE_SQL)
@@ -209,7 +224,7 @@ def _sqlite_engine(url: str, busy_timeout_s: float, pool_size: int) -> Engine:
 def create_schema(write_engine: Engine, backend: str) -> None:
     """Create what is missing (idempotent, safe when several stores start at once) and check
     that an existing ``facts`` table is ours."""
-    tables = [facts, fact_versions, recent_turns]
+    tables = [facts, fact_versions, recent_turns, extraction_queue]
     if backend == "sqlite":
         tables.append(fact_locks)
     with write_engine.begin() as conn:
@@ -233,6 +248,7 @@ __all__ = [
     "WRITE_OPTION",
     "create_schema",
     "engine_url",
+    "extraction_queue",
     "fact_locks",
     "fact_versions",
     "facts",

@@ -17,11 +17,13 @@ and reuses it by identity; only the recent turns are rendered per call.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from functools import cached_property
+from typing import Any
 
 from memroute.memory.facts.store import FactStore
 from memroute.memory.facts.types import INFERRED, PROFILE, Fact
@@ -45,7 +47,8 @@ MEMORY_SEARCH_TOOL: dict[str, Any] = {
 }
 
 
-class RenderedFacts(NamedTuple):
+@dataclass(frozen=True)
+class RenderedFacts:
     """What session start builds from a user's active facts (shared: treat as read-only)."""
 
     profile: list[Fact]
@@ -53,6 +56,12 @@ class RenderedFacts(NamedTuple):
     profile_json: list[dict[str, Any]]
     facts_json: list[dict[str, Any]]
     text: str  # the facts part of the context block
+
+    @cached_property
+    def encoded(self) -> str:
+        """``"profile":[...],"facts":[...]`` as JSON text, built once: at a thousand facts
+        encoding costs more than the read (``SessionStart.to_json_bytes``)."""
+        return f'"profile":{_dumps(self.profile_json)},"facts":{_dumps(self.facts_json)}'
 
 
 def render_facts(active: Sequence[Fact]) -> RenderedFacts:
@@ -110,6 +119,18 @@ class SessionStart:
             "object": "memory.session_start",
             "profile": list(self.rendered.profile_json),
             "facts": list(self.rendered.facts_json),
+            **self._rest(),
+        }
+
+    def to_json_bytes(self) -> bytes:
+        """:meth:`to_json` encoded as the HTTP body (compact UTF-8 JSON, as Starlette's
+        JSONResponse writes it), with the facts' part encoded once per snapshot."""
+        rest = _dumps(self._rest())
+        return ('{"object":"memory.session_start",' + self.rendered.encoded + ","
+                + rest[1:]).encode()
+
+    def _rest(self) -> dict[str, Any]:
+        return {
             "recent_turns": [{"id": str(m.id), "text": m.text, "session_time": m.session_time}
                              for m in self.recent_turns],
             "context": self.context,
@@ -157,6 +178,10 @@ def _turns_text(recent_turns: Sequence[Memory]) -> str:
     if not recent_turns:
         return ""
     return "Recent conversation:\n" + "\n".join(f"- {m.text}" for m in recent_turns)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _join(*parts: str) -> str:

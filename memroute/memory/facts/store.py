@@ -42,12 +42,14 @@ from memroute.config.facts import FactsConfig, check_facts_config, facts_backend
 from memroute.errors import ConfigError, InvalidRequest, NotFound
 from memroute.memory.facts import recent, versions
 from memroute.memory.facts.locks import AdvisoryLocks, LeaseLocks, fact_key_lock
+from memroute.memory.facts.queue import ExtractionQueue
 from memroute.memory.facts.schema import (
     FACT_COLUMNS,
     IS_ACTIVE,
     WRITE_OPTION,
     create_schema,
     engine_url,
+    extraction_queue,
     fact_locks,
     fact_versions,
     facts,
@@ -132,6 +134,7 @@ class FactStore:
         self._recent_sql = self._compiled(recent.newest_query(sa.bindparam("user_id"),
                                                               sa.bindparam("n")))
         self.cache = versions.ActiveCache(cache_users)
+        self.queue = ExtractionQueue(self.transaction)
         self._write = (self._engine.execution_options(**{WRITE_OPTION: True}) if sqlite
                        else self._engine)
         # PostgreSQL reads run in autocommit: no BEGIN / COMMIT round trips. Each read is one
@@ -183,11 +186,15 @@ class FactStore:
             ) from exc
 
     @contextlib.contextmanager
-    def _tx(self, what: str, *, write: bool) -> Iterator[Connection]:
+    def transaction(self, what: str, *, write: bool) -> Iterator[Connection]:
+        """One transaction on the store's database (``write``: SQLite's BEGIN IMMEDIATE);
+        driver errors become :class:`FactStoreError` saying what could not be done."""
         if self._closed:
             raise FactStoreError("the fact store is closed")
         with self._errors(what), (self._write if write else self._read).begin() as conn:
             yield conn
+
+    _tx = transaction
 
     def _lock_key(self, conn: Connection, user_id: str, key: str) -> None:
         """PostgreSQL: serialize writers of (user, key) until this transaction ends."""
@@ -390,8 +397,8 @@ class FactStore:
         now = float(self._clock())
         with self._tx("erase facts", write=True) as conn:
             removed = conn.execute(sa.delete(facts).where(of(_c.user_id))).rowcount
-            removed += conn.execute(sa.delete(recent_turns)
-                                    .where(of(recent_turns.c.user_id))).rowcount
+            for table in (recent_turns, extraction_queue):
+                removed += conn.execute(sa.delete(table).where(of(table.c.user_id))).rowcount
             conn.execute(sa.delete(fact_versions).where(of(fact_versions.c.user_id)))
             if self.backend == "sqlite":  # expired leases name the user too; held ones stay
                 conn.execute(sa.delete(fact_locks).where(of(fact_locks.c.user_id),
