@@ -56,6 +56,40 @@ def ids_filter(user_id: object, ids: Sequence[int]) -> Filter:
     return "user_id == {user_id} and id in {ids}", {"user_id": uid, "ids": clean}
 
 
+def session_time_filter(start: object, end: object) -> Filter:
+    """Rows whose ``session_time`` lies in ``[start, end]`` (epoch seconds, both inclusive);
+    combine it with a user filter by :func:`all_of`."""
+    lo, hi = _check_int(start, "time_window"), _check_int(end, "time_window")
+    if lo > hi:
+        raise InvalidRequest(f"time_window starts after it ends ({lo} > {hi})", field="time_window")
+    return "session_time >= {t_start} and session_time <= {t_end}", {"t_start": lo, "t_end": hi}
+
+
+def user_time_filter(user_id: object, time_window: Sequence[object] | None) -> Filter:
+    """One user's rows, within ``time_window`` = (start, end) when one is given."""
+    flt = user_filter(user_id)
+    if time_window is None:
+        return flt
+    if isinstance(time_window, (str, bytes)) or not isinstance(time_window, Sequence) or len(time_window) != 2:
+        raise InvalidRequest("time_window must be a (start, end) pair of epoch seconds", field="time_window")
+    return all_of(flt, session_time_filter(time_window[0], time_window[1]))
+
+
+def all_of(*parts: Filter) -> Filter:
+    """The conjunction of filters; their parameter names must not collide."""
+    if not parts:
+        raise InvalidRequest("all_of needs at least one filter", field="filter")
+    params: dict[str, object] = {}
+    for _, p in parts:
+        clash = set(params) & set(p)
+        if clash:
+            raise InvalidRequest(f"filter parameters used twice: {sorted(clash)}", field=min(clash))
+        params.update(p)
+    if len(parts) == 1:
+        return parts[0][0], params
+    return " and ".join(f"({expr})" for expr, _ in parts), params
+
+
 def render(expr: str, params: Mapping[str, object]) -> str:
     """Substitute ``params`` into ``expr`` as safe literals, for servers without templates.
 

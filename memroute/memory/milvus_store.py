@@ -282,10 +282,12 @@ class MilvusMemoryStore:
         self._client.flush(self.collection, timeout=self._write_timeout_s)
 
     # ------------------------------------------------------------------ reads
-    def search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple[Memory, float]]:
-        """Dense search within ``user_id``'s rows: (memory, cosine similarity), best first."""
+    def search(self, user_id: str, vector: np.ndarray, limit: int, *,
+               time_window: tuple[int, int] | None = None) -> list[tuple[Memory, float]]:
+        """Dense search within ``user_id``'s rows: (memory, cosine similarity), best first;
+        ``time_window`` = (start, end) keeps the rows whose session_time lies in it (inclusive)."""
         self._check_open()
-        flt = filters.user_filter(user_id)
+        flt = filters.user_time_filter(user_id, time_window)
         if not _is_int(limit) or not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise InvalidRequest(
                 f"limit must be an integer in 1..{MAX_SEARCH_LIMIT}", field="limit"
@@ -305,9 +307,11 @@ class MilvusMemoryStore:
         hits.sort(key=lambda mh: -mh[1])  # servers return best first; make it a guarantee
         return hits
 
-    def search_bm25(self, user_id: str, query: str, limit: int) -> list[tuple[Memory, float]]:
-        """Milvus' BM25 within ``user_id``'s rows: (memory, BM25 score > 0), best first."""
-        flt = self._fulltext_request(user_id, query, limit)
+    def search_bm25(self, user_id: str, query: str, limit: int, *,
+                    time_window: tuple[int, int] | None = None) -> list[tuple[Memory, float]]:
+        """Milvus' BM25 within ``user_id``'s rows (and ``time_window``, as :meth:`search`):
+        (memory, BM25 score > 0), best first."""
+        flt = self._fulltext_request(user_id, query, limit, time_window)
         hits = self._read(lambda: milvus_fulltext.bm25_hits(
             self._client, self.collection, query, limit, self._filter_kwargs(flt), OUTPUT_FIELDS,
             timeout_s=self._timeout_s,
@@ -334,11 +338,12 @@ class MilvusMemoryStore:
         )
         return [(_memory(entity, pk), score) for entity, pk, score in hits]
 
-    def _fulltext_request(self, user_id: str, query: str, limit: int) -> filters.Filter:
-        """Checks shared by the BM25 searches; returns the user filter."""
+    def _fulltext_request(self, user_id: str, query: str, limit: int,
+                          time_window: tuple[int, int] | None = None) -> filters.Filter:
+        """Checks shared by the BM25 searches; returns the user (and time) filter."""
         self._check_open()
         milvus_fulltext.require(self.bm25_function, self.collection)
-        flt = filters.user_filter(user_id)
+        flt = filters.user_time_filter(user_id, time_window)
         if not _is_int(limit) or not 1 <= limit <= MAX_SEARCH_LIMIT:
             raise InvalidRequest(
                 f"limit must be an integer in 1..{MAX_SEARCH_LIMIT}", field="limit"

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -84,12 +85,18 @@ class BM25Index:
             return np.zeros(len(self._ids), dtype=np.float32)
         return np.asarray(self._engine.get_scores_from_ids(term_ids), dtype=np.float32)
 
-    def search(self, query: str, limit: int) -> list[tuple[int, float]]:
-        """Up to ``limit`` (doc_id, score), best first; only documents scoring above 0."""
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """The document ids in index order (the order of :meth:`scores`)."""
+        return self._ids
+
+    def search(self, query: str, limit: int, *, keep: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """Up to ``limit`` (doc_id, score), best first; only documents scoring above 0 (and,
+        with ``keep``, a boolean mask in index order, only those it marks)."""
         if limit < 1:
             return []
         scores = self.scores(query)
-        hits = np.flatnonzero(scores > 0)
+        hits = np.flatnonzero((scores > 0) if keep is None else (scores > 0) & keep)
         if hits.size == 0:
             return []
         # Score descending, ties in index (insertion) order, so results are deterministic.
@@ -126,8 +133,22 @@ class MemoryIndex:
     index: BM25Index
     memories: dict[int, Memory]
 
-    def search(self, query: str, limit: int) -> list[tuple[Memory, float]]:
-        return [(self.memories[i], s) for i, s in self.index.search(query, limit)]
+    def search(
+        self, query: str, limit: int, *, time_window: tuple[int, int] | None = None
+    ) -> list[tuple[Memory, float]]:
+        """BM25 hits, best first; with ``time_window`` = (start, end) only memories whose
+        session_time lies in it (inclusive), so the window does not cost top-k slots."""
+        keep = None
+        if time_window is not None:
+            start, end = time_window
+            keep = (self.session_times >= start) & (self.session_times <= end)
+        return [(self.memories[i], s) for i, s in self.index.search(query, limit, keep=keep)]
+
+    @cached_property
+    def session_times(self) -> np.ndarray:
+        """Session time of every document, in index order (built on the first filtered search)."""
+        ids = self.index.doc_ids
+        return np.fromiter((self.memories[int(i)].session_time for i in ids), dtype=np.int64, count=len(ids))
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -271,3 +292,27 @@ class BM25Cache:
     def __contains__(self, user_id: object) -> bool:
         with self._lock:
             return user_id in self._entries
+
+
+class LazyOverlap(Mapping[int, float]):
+    """:meth:`BM25Index.overlap` for hits that have no in-process index. Tokenizing 50 memories
+    costs ~6 ms, so a memory is tokenized only when a fusion reads its overlap."""
+
+    def __init__(self, query: str, hits: Sequence[Memory], ngram: int, stem: bool) -> None:
+        self._terms = set(unigrams(query, stem))
+        self._texts = {m.id: m.text for m in hits}
+        self._ngram, self._stem = ngram, stem
+        self._done: dict[int, float] = {}
+
+    def __getitem__(self, doc_id: int) -> float:
+        if doc_id not in self._done:
+            text = self._texts[doc_id]  # KeyError for ids outside the hits (Mapping.get: default)
+            found = self._terms & set(tokenize(text, self._ngram, self._stem))
+            self._done[doc_id] = len(found) / len(self._terms) if self._terms else 0.0
+        return self._done[doc_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)

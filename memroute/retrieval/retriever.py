@@ -4,6 +4,11 @@ The BM25 leg is ``retrieval.bm25_backend``: ``inprocess`` (a per-user bm25s inde
 by this retriever's writes) or ``milvus`` (Milvus' own BM25 function, on a store with ``memory.bm25_function``).
 Both legs go through the same fusion.
 
+Temporal (``retrieval.temporal=auto``): a question's date expression ("in May 2023", "last
+month"; :mod:`memroute.retrieval.temporal`) restricts both legs to memories of that session time
+(a Milvus filter, a mask over the BM25 index); fewer than top_k there are topped up from the
+unfiltered ranking.
+
 Isolation: the dense leg searches the store with a user filter, the sparse leg searches an
 index built only from that user's rows (or Milvus with the same user filter), so a query can
 never surface another user's memory.
@@ -11,7 +16,8 @@ never surface another user's memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -20,17 +26,28 @@ from memroute.embedding.base import Encoder
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
 from memroute.namespace import validate_tenant
-from memroute.retrieval.bm25 import BM25Cache
+from memroute.retrieval.bm25 import BM25Cache, LazyOverlap
 from memroute.retrieval.context import add_session_context, focus_query
 from memroute.retrieval.fusion import FusedHit, get_fusion, get_score_norm
 from memroute.retrieval.rerank import RERANKERS, TokenEncoder
-from memroute.text.tokenize import tokenize, unigrams
+from memroute.retrieval.temporal import (
+    TimeWindow,
+    fill_from,
+    in_window,
+    question_times,
+    takes_time_window,
+    time_window,
+)
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 STRATEGIES = ("bm25", "dense", "hybrid")
 BM25_BACKENDS = ("inprocess", "milvus")
+TEMPORAL = ("auto", "off")
 EMBED_CHUNK = 1000  # turn-pairs embedded and upserted per round (the store's write batch)
 MAX_QUERY_CHARS = 8192
+# A store that cannot filter by time is asked for this many times the candidates (up to the
+# maximum), and the window is applied to what it returns.
+WINDOW_POOL, MAX_WINDOW_POOL = 10, 16384
 
 
 class HybridRetriever:
@@ -75,6 +92,13 @@ class HybridRetriever:
             )
         if cfg.rerank_depth < 1:
             raise ConfigError("rerank_depth must be >= 1", field="retrieval.rerank_depth")
+        if cfg.temporal not in TEMPORAL:
+            raise ConfigError(
+                f"Unknown temporal {cfg.temporal!r}. Available: {', '.join(TEMPORAL)}",
+                field="retrieval.temporal",
+            )
+        # A store whose search takes no time_window (a test double) is filtered here instead.
+        self._store_windows = takes_time_window(store.search)
         self.encoder = encoder
         self.store = store
         self.cfg = cfg
@@ -123,9 +147,14 @@ class HybridRetriever:
         *,
         top_k: int | None = None,
         strategy: str | None = None,
+        question_time: float | None = None,
     ) -> list[RetrievalHit]:
-        """Up to ``top_k`` of ``user_id``'s memories for ``query``, best first."""
-        return self.retrieve_many([user_id], [query], top_k=top_k, strategy=strategy)[0]
+        """Up to ``top_k`` of ``user_id``'s memories for ``query``, best first; relative dates in
+        ``query`` count from ``question_time`` (epoch seconds; default: now)."""
+        times = None if question_time is None else [question_time]
+        return self.retrieve_many(
+            [user_id], [query], top_k=top_k, strategy=strategy, question_times=times
+        )[0]
 
     def retrieve_many(
         self,
@@ -135,10 +164,12 @@ class HybridRetriever:
         top_k: int | None = None,
         strategy: str | None = None,
         vectors: np.ndarray | None = None,
+        question_times: Sequence[float] | None = None,
     ) -> list[list[RetrievalHit]]:
         """:meth:`retrieve` for aligned lists, embedding all queries in one batch; ``vectors``:
         that batch already embedded (the rows of :meth:`dense_queries`), by a caller that embeds
-        more texts in the same encoder call."""
+        more texts in the same encoder call; ``question_times``: when each query is asked
+        (epoch seconds; default: now)."""
         if isinstance(user_ids, str) or isinstance(queries, str):
             raise InvalidRequest("user_ids and queries must be lists", field="queries")
         if len(user_ids) != len(queries):
@@ -152,6 +183,7 @@ class HybridRetriever:
         uids = [validate_user_id(u) for u in user_ids]
         for q in queries:
             _check_query(q)
+        windows = self.time_windows(queries, question_times)
         if not uids:
             return []
         dense_queries = list(queries)
@@ -164,28 +196,50 @@ class HybridRetriever:
             elif len(vectors) != len(uids):
                 raise InvalidRequest(f"{len(vectors)} vectors for {len(uids)} queries", field="vectors")
         return [
-            self._retrieve_one(uid, q, None if vectors is None else vectors[i], k, strat, dense_queries[i])
+            self._retrieve_one(
+                uid, q, None if vectors is None else vectors[i], k, strat, dense_queries[i], windows[i]
+            )
             for i, (uid, q) in enumerate(zip(uids, queries))
         ]
 
+    def time_windows(
+        self, queries: Sequence[str], times: Sequence[float] | None = None
+    ) -> list[TimeWindow | None]:
+        """The session-time window of each query (None: no date in it, or temporal=off)."""
+        at = question_times(times, len(queries), time.time())  # validated even when off
+        if self.cfg.temporal == "off":
+            return [None] * len(queries)
+        return [time_window(q, t) for q, t in zip(queries, at)]
+
     def _retrieve_one(
         self, user_id: str, query: str, vector: np.ndarray | None, top_k: int, strategy: str,
-        focused: str,
+        focused: str, window: TimeWindow | None,
+    ) -> list[RetrievalHit]:
+        hits = self._rank(user_id, query, vector, top_k, strategy, focused, window)
+        if window is None or len(hits) >= top_k:
+            return hits
+        # Too few memories in the window (or a misparsed date): top up from the whole history.
+        unfiltered = self._rank(user_id, query, vector, top_k, strategy, focused, None)
+        return fill_from(hits, unfiltered, top_k)
+
+    def _rank(
+        self, user_id: str, query: str, vector: np.ndarray | None, top_k: int, strategy: str,
+        focused: str, window: TimeWindow | None,
     ) -> list[RetrievalHit]:
         n = max(self.cfg.candidate_k, top_k)
         if strategy == "dense":
             assert vector is not None
             return [
                 RetrievalHit(m, s, dense_score=s)
-                for m, s in self.store.search(user_id, vector, top_k)
+                for m, s in self._dense(user_id, vector, top_k, window)
             ]
         if strategy == "bm25":
-            sparse = self._sparse(user_id, query, top_k)
+            sparse = self._sparse(user_id, query, top_k, window)
             return [RetrievalHit(m, s, bm25_score=s) for m, s in sparse]
 
         assert vector is not None
-        dense = self.store.search(user_id, vector, n)
-        sparse = self._sparse(user_id, query, n)
+        dense = self._dense(user_id, vector, n, window)
+        sparse = self._sparse(user_id, query, n, window)
         memories: dict[int, Memory] = {m.id: m for m, _ in sparse}
         memories.update((m.id, m) for m, _ in dense)  # the store's copy is the freshest
         overlap = self._overlap(user_id, query, [m for m, _ in sparse])
@@ -228,41 +282,31 @@ class HybridRetriever:
         index = self.bm25.get(user_id).index
         return focus_query(query, index.df_ratio, self.cfg.query_focus, len(index))
 
-    def _sparse(self, user_id: str, query: str, limit: int) -> list[tuple[Memory, float]]:
-        """The BM25 leg: (memory, score > 0), best first."""
+    def _dense(
+        self, user_id: str, vector: np.ndarray, limit: int, window: TimeWindow | None
+    ) -> list[tuple[Memory, float]]:
+        """The dense leg: (memory, cosine), best first; within ``window`` when one is given."""
+        if window is None:
+            return self.store.search(user_id, vector, limit)
+        if self._store_windows:
+            return self.store.search(user_id, vector, limit, time_window=window)  # type: ignore[call-arg]
+        wider = min(limit * WINDOW_POOL, MAX_WINDOW_POOL)
+        return in_window(self.store.search(user_id, vector, wider), window)[:limit]
+
+    def _sparse(
+        self, user_id: str, query: str, limit: int, window: TimeWindow | None = None
+    ) -> list[tuple[Memory, float]]:
+        """The BM25 leg: (memory, score > 0), best first; within ``window`` when one is given."""
+        kw = {} if window is None else {"time_window": window}
         if self.cfg.bm25_backend == "milvus":
-            return self.store.search_bm25(user_id, query, limit)  # type: ignore[attr-defined]
-        return self.bm25.get(user_id).search(query, limit)
+            return self.store.search_bm25(user_id, query, limit, **kw)  # type: ignore[attr-defined]
+        return self.bm25.get(user_id).search(query, limit, **kw)
 
     def _overlap(self, user_id: str, query: str, hits: list[Memory]) -> Mapping[int, float]:
         """Query-term overlap of the BM25 hits (read by bm25_dominant)."""
         if self.cfg.bm25_backend == "milvus":
-            return _LazyOverlap(query, hits, self.cfg.ngram, self.cfg.stem)
+            return LazyOverlap(query, hits, self.cfg.ngram, self.cfg.stem)
         return self.bm25.get(user_id).index.overlap(query, [m.id for m in hits])
-
-
-class _LazyOverlap(Mapping[int, float]):
-    """:meth:`BM25Index.overlap` for hits that have no in-process index. Tokenizing 50 memories
-    costs ~6 ms, so a memory is tokenized only when a fusion reads its overlap."""
-
-    def __init__(self, query: str, hits: Sequence[Memory], ngram: int, stem: bool) -> None:
-        self._terms = set(unigrams(query, stem))
-        self._texts = {m.id: m.text for m in hits}
-        self._ngram, self._stem = ngram, stem
-        self._done: dict[int, float] = {}
-
-    def __getitem__(self, doc_id: int) -> float:
-        if doc_id not in self._done:
-            text = self._texts[doc_id]  # KeyError for ids outside the hits (Mapping.get: default)
-            found = self._terms & set(tokenize(text, self._ngram, self._stem))
-            self._done[doc_id] = len(found) / len(self._terms) if self._terms else 0.0
-        return self._done[doc_id]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._texts)
-
-    def __len__(self) -> int:
-        return len(self._texts)
 
 
 def _check_strategy(name: object, field: str) -> str:
