@@ -3,6 +3,9 @@
     python -m jobs.benchmark                          # built-in dataset, Qwen 0.5B -> 1.5B on vLLM-CPU
     python -m jobs.benchmark dataset=locomo           # LoCoMo conv-26, categories 1-4
     python -m jobs.benchmark +experiment=tiny         # SmolLM2 smoke run
+    python -m jobs.benchmark "conditions=[warm_memory_only,warm_memory_facts,warm_compound,warm_compound_facts]"
+                                                      # with / without the fact layer (facts extracted
+                                                      # by the first model, cached in fact_layer.cache_dir)
 """
 
 from __future__ import annotations

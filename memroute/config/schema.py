@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from memroute.config.fact_layer import FactLayerConfig
 from memroute.errors import ConfigError
 
 
@@ -90,6 +91,10 @@ class RetrievalConfig:
     # from the preceding user turn (LoCoMo follow-ups R@5 0.754 -> 0.761; docs/BENCHMARKS.md);
     # always: the preceding user turn (0.650: it imports the old topic); never: the turn alone.
     followup: str = "auto"
+    # auto: a question's date expression ("in May 2023", "last month", "two weeks ago", relative to
+    # the question time) restricts both legs to memories of that session time, topped up from the
+    # unfiltered ranking when fewer than top_k lie in it (memroute.retrieval.temporal); off: never.
+    temporal: str = "auto"
 
 
 @dataclass
@@ -192,6 +197,8 @@ class BenchmarkConfig:
     )
     output_dir: str = ".memroute/runs"
     batch_size: int = 16  # questions generated together per tier
+    # the *_facts conditions: fact extraction over each user's conversation (config/fact_layer.py)
+    fact_layer: FactLayerConfig = field(default_factory=FactLayerConfig)
 
 
 @dataclass

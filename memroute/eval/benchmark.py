@@ -7,20 +7,28 @@ Pure library code: the job in ``jobs/benchmark.py`` builds the parts from config
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.datasets.conversations import as_eval_conversation
 from memroute.datasets.records import Conversation, EvalConversation
 from memroute.errors import ConfigError
 from memroute.eval.conditions import CONDITIONS, Condition
-from memroute.eval.full_context import History, answer_full_context, fit_history, full_context_messages
+from memroute.eval.fact_layer import asked_at
+from memroute.eval.full_context import (
+    History,
+    answer_full_context,
+    fit_history,
+    full_context_messages,
+)
 from memroute.eval.metrics import bleu1, f1
 from memroute.llm.base import Backend
-from memroute.routing.prompt import render_memory_block
 from memroute.routing.confidence import CONFIDENCE
-from memroute.routing.router import MemoryRetriever, RouteRequest, Router, Tier
+from memroute.routing.facts_block import FactsSource, injected_facts
+from memroute.routing.prompt import render_memory_block
+from memroute.routing.router import MemoryRetriever, Router, RouteRequest, Tier
 from memroute.types import ModelReply
 
 
@@ -95,11 +103,14 @@ def run_conditions(
     batch_size: int = 16,
     progress: bool = True,
     context_tokens: Sequence[int] | None = None,
+    facts: FactsSource | None = None,
 ) -> tuple[list[dict[str, Any]], list[ConditionTiming]]:
     """Answer every question under every condition; one prediction row per (condition, question).
 
     ``context_tokens[i]`` is tier i's context window (``max_model_len``); full-context conditions
-    need it to fit the history.
+    need it to fit the history. ``facts``: the users' extracted facts (the fact layer's store,
+    :mod:`memroute.eval.fact_layer`), which the ``*_facts`` conditions inject; they are read as
+    of each user's last turn-pair.
     """
     from tqdm.auto import tqdm
 
@@ -110,6 +121,9 @@ def run_conditions(
     timings: list[ConditionTiming] = []
     for name in conditions:
         cond = CONDITIONS.get(name, field="conditions")
+        if cond.facts and facts is None:
+            raise ConfigError(f"condition {name!r} needs the fact layer's store (facts=...)",
+                              field="conditions")
         timed = [TimedBackend(tiers[i].backend) for i in cond.tier_indexes(len(tiers))]
         cond_tiers = [
             Tier(tiers[i].name, tb, tiers[i].pricing)  # type: ignore[arg-type]
@@ -125,10 +139,14 @@ def run_conditions(
         else:
             # Evaluation measures a fixed memory: answers are not written back here.
             cfg = replace(router_cfg, use_memory=cond.use_memory, use_routing=cond.use_routing, store_answers=False)
-            router = Router(cond_tiers, cfg, retrieval_cfg, retriever if cond.use_memory else None)
+            router = Router(cond_tiers, cfg, retrieval_cfg, retriever if cond.use_memory else None,
+                            facts=facts if cond.facts else None)
             for lo in range(0, len(questions), batch_size):
                 chunk = questions[lo : lo + batch_size]
-                reqs = [RouteRequest(conv.sample_id, qa.question) for conv, qa in chunk]
+                # the facts as of the end of the conversation (the time is read by nothing else)
+                reqs = [RouteRequest(conv.sample_id, qa.question,
+                                     session_time=asked_at(conv) if cond.facts else None)
+                        for conv, qa in chunk]
                 for (conv, qa), res in zip(chunk, router.route_many(reqs)):
                     rows.append(_row(name, conv, qa, res, small_model, memory_dia_ids))
                 bar.update(len(chunk))
@@ -203,6 +221,7 @@ def _row(
     if history is not None:
         injected_dia = sorted(set(history.keys))
     evidence = set(qa.evidence)
+    facts_text = injected_facts(res.messages[0].content) if res.messages else ""
     return {
         "condition": cond,
         "sample_id": conv.sample_id,
@@ -227,6 +246,9 @@ def _row(
         # UTF-8 bytes of the memory block (header + lines) in the answering prompt
         "memory_bytes": len(render_memory_block(memories).encode()) if memories else 0,
         "evidence_injected": bool(evidence & set(injected_dia)) if evidence else None,
+        # the facts block of the answering prompt ("" without the fact layer)
+        "facts_block": facts_text,
+        "facts_injected": sum(line.startswith("- ") for line in facts_text.splitlines()),
         "input_tokens": sum(c.input_tokens for c in res.calls),
         "base_tokens": sum(c.base_prompt_tokens for c in res.calls),
         "injected_tokens": sum(c.injected_tokens for c in res.calls),

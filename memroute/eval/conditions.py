@@ -3,7 +3,9 @@
 Each condition picks cascade tiers and switches memory / routing; everything else
 (models, retrieval, tau) comes from the same config, so conditions differ only in what
 the name says. ``full_context`` conditions do not go through the router: the whole conversation
-is the prompt (:mod:`memroute.eval.full_context`).
+is the prompt (:mod:`memroute.eval.full_context`). ``facts`` conditions are their warm
+counterparts with the user's active facts injected before the turn-pairs, the facts extracted by
+the first model over the user's conversation (:mod:`memroute.eval.fact_layer`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Condition:
     use_routing: bool
     description: str
     full_context: bool = False  # the whole conversation as history instead of retrieved memories
+    facts: bool = False  # the fact layer's active facts injected too (needs the extracted store)
 
     def tier_indexes(self, n_tiers: int) -> list[int]:
         return {"first": [0], "all": list(range(n_tiers)), "last": [n_tiers - 1]}[self.tiers]
@@ -32,6 +35,10 @@ for _c in (
     Condition("cold_compound", "all", False, True, "no memory + confidence routing"),
     Condition("warm_memory_only", "first", True, False, "memory injected, small model only"),
     Condition("warm_compound", "all", True, True, "memory + routing: the full pipeline"),
+    Condition("warm_memory_facts", "first", True, False,
+              "active facts + memory injected, small model only", facts=True),
+    Condition("warm_compound_facts", "all", True, True,
+              "active facts + memory + routing", facts=True),
     Condition("cold_large", "last", False, False, "largest model, no memory, no routing"),
     Condition("full_context_large", "last", False, False,
               "largest model, the whole conversation as history (no retrieval, no routing)",

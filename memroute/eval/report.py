@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
 from memroute.accounting.cost import eff_cost
 from memroute.eval.causes import CAUSES
+from memroute.eval.fact_metrics import fact_layer_table
 
 
 def new_run_dir(output_dir: str | Path) -> Path:
@@ -29,6 +31,7 @@ _TYPES: dict[str, pl.DataType] = {
     "injected_dia_ids": pl.List(pl.String()),
     "memory_ids": pl.List(pl.Int64()),
     "evidence_injected": pl.Boolean(),
+    "facts_block": pl.String(),
 }
 
 
@@ -82,6 +85,8 @@ def tables(df: pl.DataFrame, order: Sequence[str], group_col: str) -> dict[str, 
         "summary": summary(df, order),
         "by_group": f1_by(df, group_col, order),
         "causes": cause_table(df, order),
+        # knowledge-update / temporal F1 and the stale-value rate, with and without the facts
+        "fact_layer": fact_layer_table(df, order),
     }
 
 

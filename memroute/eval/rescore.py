@@ -30,8 +30,8 @@ from memroute.eval.metrics import bleu1, f1
 from memroute.eval.report import tables, to_markdown
 
 if TYPE_CHECKING:
-    from memroute.config import TrackingConfig
     from memroute.assets.store import AssetStore
+    from memroute.config import TrackingConfig
 
 METRICS_FILE = "metrics.json"
 # Columns the rescore recomputes; everything else in predictions.parquet is a saved input.
@@ -40,6 +40,7 @@ RECOMPUTED = (
     "injected_tokens", "output_tokens", "eff_cost", "eff_cost_prod", "correct", "cause",
 )
 EXIT_OK, EXIT_DIFFERENT, EXIT_DRIFT = 0, 1, 2
+NEWER_TABLES = ("fact_layer",)  # tables added after runs were saved without them
 
 
 def tables_json(tabs: Mapping[str, pl.DataFrame]) -> dict[str, list[dict[str, Any]]]:
@@ -131,6 +132,8 @@ def compare_tables(saved: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
         a, b = saved.get(name), new.get(name)
         if a == b:
             continue
+        if a is None and name in NEWER_TABLES:
+            continue  # the run was saved before this table existed: nothing to compare
         if a is None or b is None:
             out.append(f"table {name}: only in the {'rescored' if a is None else 'saved'} run")
             continue
@@ -197,6 +200,8 @@ def rescored_markdown(result: RescoreResult, wrong_below: float, group_col: str)
         f"F1 (%) per {group_col}:\n\n" + to_markdown(t["by_group"]),
         f"Failure causes per condition (wrong = F1 < {wrong_below}):\n\n"
         + to_markdown(t["causes"]),
+        "Knowledge-update / temporal F1 (%) and stale-value rate (%):\n\n"
+        + to_markdown(t["fact_layer"]),
     ])
 
 

@@ -14,11 +14,14 @@ import polars as pl
 
 from memroute import build
 from memroute.config import BenchmarkConfig
+from memroute.config.fact_layer import fact_layer_fields
 from memroute.config.schema import is_server_uri, ordered_cascade
+from memroute.datasets.conversations import as_eval_conversation
 from memroute.datasets.registry import dataset_conversations
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
 from memroute.eval.causes import CAUSES, WRONG_BELOW, add_causes
 from memroute.eval.conditions import CONDITIONS
+from memroute.eval.fact_layer import ExtractionStats, build_fact_layer
 from memroute.eval.manifest import MANIFEST, build_manifest, write_manifest
 from memroute.eval.plots import all_plots
 from memroute.eval.report import calls_frame, new_run_dir, predictions_frame, tables, to_markdown
@@ -33,6 +36,10 @@ GROUP_COLUMNS: dict[str, tuple[str, str]] = {
     "synthetic": ("fact_type", "fact_type"),
     "longmemeval": ("fact_type", "question type (abstention: share abstained, LoCoMo category-5 rule)"),
 }
+
+
+# fact_layer table column -> MLflow metric suffix
+FACT_METRICS = {"update_f1": "update F1", "temporal_f1": "temporal F1", "stale_pct": "stale %"}
 
 
 @dataclass
@@ -73,19 +80,29 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
     print(f"memory: {store.count()} turn-pairs stored for {len(conversations)} users")
 
     tiers = []
+    facts, fact_stats = None, None
     try:
         # Only the tiers the selected conditions call are loaded (a capacity sweep on
         # warm_memory_only never loads the large model).
         tiers = build.tiers(models, assets, load=needed_tiers(cfg.conditions, len(models)), on_ready=build.say_ready)
+        if any(CONDITIONS.get(c).facts for c in cfg.conditions):
+            # The fact layer: the first model extracts each user's facts (cached on disk).
+            facts, fact_stats = build_fact_layer(
+                [as_eval_conversation(c) for c in conversations], tiers[0].backend,
+                fact_layer_fields(cfg.fact_layer, cfg.dataset.name), cfg.fact_layer, run_dir,
+                progress=progress)
+            print(fact_stats.line())
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,
             memory_dia_ids=dia, batch_size=cfg.batch_size, progress=progress,
-            context_tokens=[m.max_model_len for m in models],
+            context_tokens=[m.max_model_len for m in models], facts=facts,
         )
     finally:
         for t in tiers:
             t.backend.close()
         store.close()
+        if facts is not None:
+            facts.close()
 
     prod = {m.name: (m.price_as_params_b or m.params_b) for m in models}
     df = predictions_frame(rows, prod)
@@ -108,6 +125,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         f"mem tok/q: injected tokens per answer, all calls.",
         to_markdown(table),
         f"F1 (%) per {group_label}:\n\n" + to_markdown(by_group),
+        _fact_layer_section(tabs["fact_layer"], fact_stats),
         f"Failure causes per condition (wrong = F1 < {WRONG_BELOW}; one cause each, "
         f"precedence {' > '.join(CAUSES)}):\n\n" + to_markdown(tabs["causes"]),
         "Time per condition:\n\n" + to_markdown(timing_table),
@@ -133,6 +151,10 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
                                  f"{c}.input_tokens": r["in"], f"{c}.output_tokens": r["out"],
                                  f"{c}.memory_bytes_per_q": r["mem B/q"],
                                  f"{c}.memory_tokens_per_q": r["mem tok/q"]})
+        for r in tabs["fact_layer"].iter_rows(named=True):
+            c = r["condition"]
+            tracker.log_metrics({f"{c}.{k}": r[col] for k, col in FACT_METRICS.items()
+                                 if r.get(col) is not None})
         for r in tabs["causes"].iter_rows(named=True):
             c = r["condition"]
             tracker.log_metrics({f"{c}.wrong": r["wrong"], **{f"{c}.cause.{k}": r[k] for k in CAUSES}})
@@ -186,3 +208,10 @@ def _history_section(df: pl.DataFrame, conditions: list[str]) -> list[str]:
     return ["Full-context history (counted with the answering model's tokenizer; the oldest turns are "
             "left out when the conversation does not fit max_model_len):\n\n" + to_markdown(table)]
 
+
+def _fact_layer_section(table: pl.DataFrame, stats: ExtractionStats | None) -> str:
+    """Knowledge-update / temporal F1 and the stale-value rate, with / without the facts."""
+    text = ("Knowledge-update and temporal questions (F1 %) and the stale-value rate (% of the "
+            "questions with a superseded value answered with it; memroute/eval/fact_metrics.py):"
+            "\n\n" + to_markdown(table))
+    return text if stats is None else f"{text}\n\n{stats.line()} (cache key {stats.key})"

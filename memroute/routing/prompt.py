@@ -1,15 +1,17 @@
 """Inject retrieved memories into a chat prompt within a token budget.
 
 Memories go into the system context (the paper's "system-context messages"), appended to the
-client's own system prompt when it sent one. The budget is counted with the *target* model's
-tokenizer, so the same memories may fit one tier and not another; the probe tier can be given a
-smaller budget than escalations. The client's earlier turns follow the system message, trimmed
-oldest-first to what the tier's context leaves (:func:`trim_history`).
+client's own system prompt when it sent one: the user's current facts first when the router has
+a facts provider (:mod:`memroute.routing.facts_block`), then the retrieved turn-pairs. The
+budget is counted with the *target* model's tokenizer, so the same memories may fit one tier
+and not another; the probe tier can be given a smaller budget than escalations. The client's
+earlier turns follow the system message, trimmed oldest-first to what the tier's context
+leaves (:func:`trim_history`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from memroute.types import Message, RetrievalHit
 
@@ -56,12 +58,13 @@ def build_messages(
     hits: Sequence[RetrievalHit] = (),
     history: Sequence[Message] = (),
     tail: Sequence[Message] = (),
+    facts: str = "",
 ) -> list[Message]:
-    """System prompt (with the memory block appended), the conversation so far, the question,
-    and what followed it in this turn (the assistant's tool calls and their results)."""
-    system = system_prompt
-    if hits:
-        system = f"{system_prompt}\n\n{render_memory_block(hits)}"
+    """System prompt (with the facts block and the memory block appended), the conversation so
+    far, the question, and what followed it in this turn (the assistant's tool calls and their
+    results)."""
+    blocks = [b for b in (facts, render_memory_block(hits) if hits else "") if b]
+    system = "\n\n".join([system_prompt, *blocks])
     return [Message("system", system), *history, Message("user", query), *tail]
 
 
@@ -80,3 +83,18 @@ def trim_history(
         kept.append(m)
         used += cost
     return kept[::-1]
+
+
+def history_within(
+    history: Sequence[Message],
+    room: int,
+    build: Callable[[Sequence[Message]], list[Message]],
+    count: Callable[[list[Message]], int],
+    count_text_tokens: Callable[[str], int],
+) -> list[Message]:
+    """The most recent turns of ``history`` with which the prompt ``build(turns)`` counts at
+    most ``room`` tokens (``count``: the tier's exact prompt count); oldest dropped first."""
+    kept = trim_history(history, room - count(build(())), count_text_tokens)
+    while kept and count(build(kept)) > room:
+        kept = kept[1:]  # the estimate was short: drop the oldest until it fits
+    return kept

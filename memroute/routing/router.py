@@ -1,5 +1,8 @@
 """The Router: one request end to end (retrieve -> inject -> probe -> accept or escalate -> remember).
 
+With a facts provider (``Router(..., facts=fact_store)``) the user's active facts are injected
+before the retrieved turn-pairs, within the same memory budget (:mod:`memroute.routing.facts_block`).
+
 The same class answers in-process (benchmarks, replay) and behind Ray Serve, so what is
 measured is what is served. Requests are processed tier by tier in batches
 (:meth:`Router.route_many`); :meth:`Router.route` is the batch of one. :meth:`Router.route_each`
@@ -15,16 +18,17 @@ no answer from any tier the member gets :class:`~memroute.errors.NoTierAnswered`
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
-from memroute.errors import BackendError, ConfigError, InvalidRequest
+from memroute.errors import ConfigError, InvalidRequest
 from memroute.llm.base import Backend
 from memroute.llm.options import GenerationOptions
+from memroute.memory.facts.types import Fact
 from memroute.retrieval.followup import FOLLOWUP_MODES, retrieval_query
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.decoding import (
@@ -34,10 +38,12 @@ from memroute.routing.decoding import (
     decoding_for,
     generate_grouped,
 )
+from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
 from memroute.routing.isolation import Steps, keep
+from memroute.routing.live import live_result, streams
 from memroute.routing.members import Pending, Prompt
-from memroute.routing.prompt import build_messages, select_within_budget, trim_history
-from memroute.routing.tier_failures import degrade_unreadable_memory, own_fault, skip_failed_tier
+from memroute.routing.prompt import build_messages, history_within, select_within_budget
+from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
 from memroute.text.clip import clip_utf8
 from memroute.types import (
     CallRecord,
@@ -50,8 +56,6 @@ from memroute.types import (
     stable_id,
     validate_user_id,
 )
-
-log = logging.getLogger(__name__)
 
 MAX_QUERY_BYTES = 8192  # what retrieval searches with (the store's VARCHAR and query limits)
 
@@ -118,7 +122,10 @@ class Router:
         cfg: RouterConfig,
         retrieval: RetrievalConfig,
         retriever: MemoryRetriever | None = None,
+        facts: FactsSource | None = None,
     ) -> None:
+        """``facts``: where the user's current facts come from (a fact store, or a callable
+        user_id -> facts); None: no facts block, only the retrieved turn-pairs."""
         if not tiers:
             raise InvalidRequest("the cascade needs at least one model", field="cascade")
         if cfg.use_memory and retriever is None:
@@ -135,6 +142,7 @@ class Router:
         self.cfg = cfg
         self.retrieval = retrieval
         self.retriever = retriever
+        self.facts = None if facts is None else facts_reader(facts)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -165,6 +173,9 @@ class Router:
         hits = steps.batch(lambda ix: self._retrieve([requests[i] for i in ix]), live)
         degraded = degrade_unreadable_memory(live, hits) if steps.isolate else set()
         live, hits = keep(live, hits, out, _identity)
+        facts = {} if self.facts is None or not self.cfg.use_memory else read_facts(
+            self.facts, [(i, requests[i].user_id, _now(requests[i])) for i in live
+                         if requests[i].use_memory], isolate=steps.isolate, degraded=degraded)
         pending = [Pending(i, h, memory_degraded=i in degraded, pinned=requests[i].tier is not None)
                    for i, h in zip(live, hits)]
         for t, tier in enumerate(self.tiers):
@@ -174,7 +185,7 @@ class Router:
             # A pinned member is answered by its tier alone, whatever its confidence.
             here = [p for p in pending if requests[p.index].tier in (None, t)]
             later = [p for p in pending if requests[p.index].tier not in (None, t)]
-            pending = later + self._run_tier(t, tier, last, requests, here, out, steps)
+            pending = later + self._run_tier(t, tier, last, requests, here, out, steps, facts)
         assert all(r is not None for r in out)
         # A live stream journals its own turn-pair once its answer is complete.
         done = {i: r for i, r in enumerate(out) if isinstance(r, RouteResult) and r.stream is None}
@@ -235,42 +246,37 @@ class Router:
             probe_decoding=self.cfg.probe_decoding,
         )
 
-    def _prompt(self, t: int, tier: Tier, req: RouteRequest, hits: list[RetrievalHit]) -> Prompt:
+    def _prompt(
+        self, t: int, tier: Tier, req: RouteRequest, hits: list[RetrievalHit],
+        facts: list[Fact] | None = None,
+    ) -> Prompt:
         backend = tier.backend
         decoding = self._decoding(t, req)
         system = self.cfg.system_prompt if req.system is None else req.system
-        chosen = select_within_budget(hits, self._budget(t), backend.count_text_tokens)
-        messages = build_messages(system, req.query, chosen, tail=req.tail)
-        # Exact attribution: the same prompt without the memory block (and without the history);
+        budget = self._budget(t)
+        # The facts first, with this tier's tokenizer; the turn-pairs fill what they leave.
+        _, block = select_facts(facts or (), budget, backend.count_text_tokens, _now(req))
+        if block:
+            budget -= backend.count_text_tokens(block) + 1  # +1: the blocks' separator
+        chosen = select_within_budget(hits, budget, backend.count_text_tokens)
+        messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block)
+        # Exact attribution: the same prompt without the facts and memory blocks (and without
+        # the history), so the facts block counts as injected memory;
         # the current turn (question, tool calls and results) and the offered tools are base.
         base = count_prompt(backend, build_messages(system, req.query, tail=req.tail), req.options)
         if not req.history:
             return Prompt(messages, chosen, base, decoding)
-        history = self._history(tier, req, messages, chosen, system, decoding)
+        # The client's turns that fit what the tier's context leaves; oldest dropped first.
+        history = list(req.history) if tier.context_tokens is None else history_within(
+            req.history, tier.context_tokens - decoding.max_tokens,
+            lambda h: build_messages(system, req.query, chosen, h, req.tail, block),
+            lambda m: count_prompt(backend, m, req.options), backend.count_text_tokens)
         if not history:
             return Prompt(messages, chosen, base, decoding)
         with_history = count_prompt(
             backend, build_messages(system, req.query, (), history, req.tail), req.options)
-        return Prompt(build_messages(system, req.query, chosen, history, req.tail), chosen, base,
-                       decoding, history_tokens=with_history - base)
-
-    def _history(
-        self, tier: Tier, req: RouteRequest, messages: list[Message],
-        chosen: list[RetrievalHit], system: str, decoding: Decoding,
-    ) -> list[Message]:
-        """The client's turns that fit what the tier's context leaves after the system prompt,
-        the memories, the question and the answer; oldest dropped first."""
-        backend = tier.backend
-        if tier.context_tokens is None:
-            return list(req.history)
-        room = tier.context_tokens - decoding.max_tokens
-        history = trim_history(req.history, room - count_prompt(backend, messages, req.options),
-                               backend.count_text_tokens)
-        while history and count_prompt(
-                backend, build_messages(system, req.query, chosen, history, req.tail),
-                req.options) > room:
-            history = history[1:]  # the estimate was short: drop the oldest until it fits
-        return history
+        return Prompt(build_messages(system, req.query, chosen, history, req.tail, facts=block),
+                      chosen, base, decoding, history_tokens=with_history - base)
 
     def _run_tier(
         self,
@@ -281,14 +287,16 @@ class Router:
         pending: list[Pending],
         out: list[RouteResult | Exception | None],
         steps: Steps,
+        facts: dict[int, list[Fact]],
     ) -> list[Pending]:
         backend = tier.backend
-        built = steps.each(lambda p: self._prompt(t, tier, requests[p.index], p.hits), pending)
+        built = steps.each(
+            lambda p: self._prompt(t, tier, requests[p.index], p.hits, facts.get(p.index)), pending)
         pending, prompts = keep(pending, built, out, _index)
         members = []  # (pending, its prompt) per member; a live stream's member leaves here
         for p, pr in zip(pending, prompts):
-            if self._streams(t, last, requests[p.index], backend):
-                out[p.index] = self._live(t, tier, p, pr, requests[p.index])
+            if streams(t, last, requests[p.index], backend):
+                out[p.index] = live_result(self, t, tier, p, pr, requests[p.index])
             else:
                 members.append((p, pr))
         replies = steps.batch(
@@ -362,57 +370,7 @@ class Router:
             return None
         return _result(reply, self._decision(t, backend.model_id, p, prompt), p, prompt)
 
-    # -- streaming ---------------------------------------------------------------------------
-
-    def _streams(self, t: int, last: bool, req: RouteRequest, backend: Backend) -> bool:
-        """Streamed live: a streaming request at the tier that answers it whatever its
-        confidence (the last, or its pinned tier), if the back end can stream."""
-        return req.stream and (last or req.tier == t) and callable(getattr(backend, "stream", None))
-
-    def _live(self, t: int, tier: Tier, p: Pending, prompt: Prompt, req: RouteRequest) -> RouteResult:
-        result = RouteResult("", self._decision(t, tier.backend.model_id, p, prompt), p.calls,
-                             messages=prompt.messages, decoding=prompt.decoding.report())
-        result.stream = self._live_pieces(t, tier, p, prompt, req, result)
-        return result
-
-    def _live_pieces(
-        self, t: int, tier: Tier, p: Pending, prompt: Prompt, req: RouteRequest, result: RouteResult
-    ) -> Iterator[str]:
-        """The tier's text as it is generated (leading whitespace held, as answers are
-        stripped); then the call is recorded and the turn-pair journaled, as a batch does.
-        A tier that fails before its first piece gives way to a lower tier's rejected answer,
-        as in a batch; one that fails later ends the stream with its error."""
-        reply, sent = None, ""
-        try:
-            for item in tier.backend.stream(prompt.messages, **prompt.decoding.kwargs()):
-                if isinstance(item, ModelReply):
-                    reply = item
-                    continue
-                piece = item if sent else item.lstrip()
-                if piece:
-                    sent += piece
-                    yield piece
-        except Exception as exc:  # noqa: BLE001 - re-raised unless a fallback answer exists
-            if sent or p.rejected is None or own_fault(exc):
-                raise
-            log.warning("tier %d (%s) failed while streaming; answering with a lower tier's "
-                        "answer: %s", t, tier.name, exc)
-            p.skipped.append(t)
-            final = self._fallback(p)
-            yield final.answer
-        else:
-            if reply is None:
-                raise BackendError(f"tier {tier.name}: the stream ended without its reply")
-            final = self._judge(t, tier, True, None, p, prompt, reply)
-            assert final is not None
-        # The answer is what the client was sent (an engine's final text may be detokenized
-        # differently from its increments), so the report, the Responses output and memory agree.
-        result.answer = sent.strip() or final.answer
-        result.reply, result.decision = final.reply, final.decision
-        result.calls, result.messages = final.calls, final.messages
-        if self.cfg.store_answers and self.retriever is not None and req.store \
-                and not final.tool_calls:
-            self._remember([self._turn_pair(req, result)])
+    # -- streaming: memroute.routing.live -----------------------------------------------------
 
     def _turn_pair(self, req: RouteRequest, res: RouteResult) -> TurnPair:
         now = time.time()
@@ -430,6 +388,10 @@ class Router:
             source_model=res.decision.answered_model,
             created_at=now,
         )
+
+
+def _now(req: RouteRequest) -> float:
+    return float(req.session_time) if req.session_time is not None else time.time()
 
 
 def _result(reply: ModelReply, decision: RouteDecision, p: Pending, prompt: Prompt) -> RouteResult:

@@ -4,7 +4,7 @@ from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import InvalidRequest
 from memroute.routing.router import RouteRequest, Router, Tier
-from memroute.types import TurnPair
+from memroute.types import RouteResult, TurnPair
 
 from .fakes import FakeBackend, FakeRetriever
 
@@ -112,3 +112,92 @@ def test_empty_query_and_bad_tau_rejected():
     with pytest.raises(InvalidRequest) as e:
         make(tau=1.5)
     assert e.value.field == "router.tau"
+
+
+# -- the facts block -------------------------------------------------------------------------
+
+FACT_T0 = 1714521600  # 1 May 2024
+
+
+def facts_store(tmp_path):
+    from memroute.memory.facts import FactInput, FactStore
+
+    store = FactStore(f"sqlite:///{tmp_path / 'facts.sqlite3'}")
+    store.assert_fact("alice", FactInput("user.location", "Porto", valid_from=FACT_T0))
+    store.assert_fact("alice", FactInput("user.location", "Lisbon", valid_from=FACT_T0 + 86400))
+    return store
+
+
+def make_with_facts(facts, tau=0.95, token_budget=256, probe_budget=64):
+    small = FakeBackend("small", answer="Rex", logprob=-0.3)
+    large = FakeBackend("large", answer="Rex the dog", logprob=-0.05)
+    retriever = FakeRetriever()
+    retriever.remember([TurnPair("alice", "s1", 0, "my dog is called Rex", "Nice name!", FACT_T0)])
+    router = Router(
+        [Tier("small", small, Pricing(0.5)), Tier("large", large, Pricing(1.5))],
+        RouterConfig(tau=tau, store_answers=False),
+        RetrievalConfig(top_k=3, probe_token_budget=probe_budget, token_budget=token_budget),
+        retriever, facts=facts,
+    )
+    return router, small, large
+
+
+def test_active_facts_are_injected_before_the_turn_pairs_and_count_as_memory(tmp_path):
+    store = facts_store(tmp_path)
+    router, small, large = make_with_facts(store)
+    res = router.route("alice", "where do I live and what is my dog called?",
+                       session_time=FACT_T0 + 2 * 86400)
+    for prompts in (small.prompts, large.prompts):  # each tier, with its own budget
+        system = prompts[0][0].content
+        assert "Current facts about the user (as of 3 May 2024):" in system
+        assert "- user.location: Lisbon (since 2 May 2024)" in system
+        assert "Porto" not in system  # the superseded value is never injected
+        assert system.index("Lisbon") < system.index("Rex")  # facts first, then turn-pairs
+    # the block is injected memory: exactly what the prompt adds over the bare one
+    base = router.route("alice", "where do I live and what is my dog called?",
+                        session_time=FACT_T0 + 2 * 86400, use_memory=False)
+    plain, _, _ = make_with_facts(None)
+    without = plain.route("alice", "where do I live and what is my dog called?",
+                          session_time=FACT_T0 + 2 * 86400)
+    for with_f, no_f, bare in zip(res.calls, without.calls, base.calls):
+        assert bare.injected_tokens == 0
+        assert with_f.injected_tokens > no_f.injected_tokens > 0
+        assert with_f.base_prompt_tokens == no_f.base_prompt_tokens
+    store.close()
+
+
+def test_facts_fill_the_budget_first_and_turn_pairs_get_what_is_left(tmp_path):
+    store = facts_store(tmp_path)
+    # probe budget: the facts block (25 words) fits, the memory block next to it does not
+    router, small, large = make_with_facts(store, probe_budget=30)
+    res = router.route("alice", "what is my dog called?", session_time=FACT_T0 + 2 * 86400)
+    probe = small.prompts[0][0].content
+    assert "Lisbon" in probe and "Rex" not in probe
+    assert 25 <= res.calls[0].injected_tokens <= 30 + 2  # + the blank-line separators
+    assert "Rex" in large.prompts[0][0].content  # the larger escalation budget has room
+    store.close()
+
+
+def test_no_provider_or_memory_off_means_no_facts_block(tmp_path):
+    router, small, _ = make_with_facts(None)
+    router.route("alice", "dog?")
+    assert "Current facts" not in small.prompts[0][0].content
+    store = facts_store(tmp_path)
+    router, small, _ = make_with_facts(store)
+    router.route("alice", "dog?", use_memory=False)
+    assert small.prompts[0][0].content == router.cfg.system_prompt
+    router.route("bob", "dog?")  # a user without facts: no empty header
+    assert "Current facts" not in small.prompts[-1][0].content
+    store.close()
+
+
+def test_an_unreadable_fact_store_degrades_the_member_when_isolating():
+    def broken(uid):
+        raise RuntimeError("fact store down")
+
+    router, small, _ = make_with_facts(broken)
+    [res] = router.route_each([RouteRequest("alice", "what is my dog called?")])
+    assert isinstance(res, RouteResult) and res.decision.memory_degraded
+    assert "Rex" in small.prompts[0][0].content  # the turn-pairs still came
+    with pytest.raises(RuntimeError, match="fact store down"):
+        router.route("alice", "dog?")
