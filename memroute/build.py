@@ -7,6 +7,7 @@ model, opens no client and starts nothing.
 
     assets = build.asset_store(cfg.assets)
     memory = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, assets)   # encoder, store, retriever
+    memory = build.memory(..., units=cfg.units)                               # + the unit index
     tiers = build.tiers(ordered_cascade(cfg.cascade), assets)                 # back end + pricing each
     router = build.router(tiers, cfg.router, cfg.retrieval, memory.retriever)
 """
@@ -29,17 +30,22 @@ from memroute.config.schema import (
 
 if TYPE_CHECKING:
     from memroute.accounting.cost import Pricing
+    from memroute.assets.store import AssetStore
     from memroute.config.facts import FactsConfig
     from memroute.config.journal import JournalConfig
+    from memroute.config.search import SearchConfig
+    from memroute.config.units import UnitsConfig
     from memroute.embedding.base import Encoder
     from memroute.journal.sqlite_journal import Journal
-    from memroute.assets.store import AssetStore
     from memroute.llm.base import Backend
     from memroute.memory.facts import FactStore
     from memroute.memory.milvus_store import MilvusMemoryStore
+    from memroute.memory.search import ActiveFacts, MemorySearch, TurnRetriever
+    from memroute.memory.units import UnitIndex
     from memroute.retrieval.bm25 import BM25Cache
     from memroute.retrieval.retriever import HybridRetriever
     from memroute.routing.router import MemoryRetriever, Router, Tier
+    from memroute.types import Memory
 
 
 def asset_store(cfg: AssetsConfig) -> AssetStore:
@@ -71,14 +77,18 @@ def retriever(
 
 @dataclass
 class MemoryParts:
-    """The memory side of any flow: one encoder, one store, one retriever over them."""
+    """The memory side of any flow: one encoder, one store, one retriever over them, and the
+    atomic context units when asked for (the served app)."""
 
     encoder: Encoder
     store: MilvusMemoryStore
     retriever: HybridRetriever
+    units: UnitIndex | None = None
 
     def close(self) -> None:
         self.store.close()
+        if self.units is not None:
+            self.units.close()
 
 
 def memory(
@@ -88,11 +98,74 @@ def memory(
     assets: AssetStore,
     *,
     enc: Encoder | None = None,
+    units: UnitsConfig | None = None,
 ) -> MemoryParts:
-    """Encoder (unless one is given: several stores may share it), store and retriever."""
+    """Encoder (unless one is given: several stores may share it), store and retriever; with
+    ``units`` (enabled), the unit index beside them."""
     enc = enc if enc is not None else encoder(embedder, assets)
     st = store(memory_cfg, enc.dim)
-    return MemoryParts(enc, st, retriever(enc, st, retrieval))
+    try:
+        index = (unit_index(units, memory_cfg, retrieval, enc)
+                 if units is not None and units.enabled else None)
+    except BaseException:
+        st.close()
+        raise
+    return MemoryParts(enc, st, retriever(enc, st, retrieval), index)
+
+
+def unit_index(
+    cfg: UnitsConfig, memory_cfg: MemoryConfig, retrieval: RetrievalConfig, enc: Encoder
+) -> UnitIndex:
+    """The atomic context units: their own collection (``<memory.collection><suffix>``) in the
+    same Milvus, and a hybrid retriever over it. Units are sentences, not turns of a session:
+    no session context, no focus on words every memory shares, no reranking."""
+    from dataclasses import replace
+
+    from memroute.config.units import check_units_config
+    from memroute.memory.units import UnitIndex
+
+    check_units_config(cfg)
+    st = store(replace(memory_cfg, collection=memory_cfg.collection + cfg.collection_suffix),
+               enc.dim)
+    try:
+        r = retriever(enc, st, replace(retrieval, context_weight=0.0, query_focus=1.0,
+                                        rerank="none"))
+    except BaseException:
+        st.close()
+        raise
+    return UnitIndex(enc, st, cfg, retriever=r)
+
+
+def turn_corpus(turns: object, st: object) -> Callable[[str], Sequence[Memory]]:
+    """A user's stored turn-pairs for the memory search's keyword fallback: the retriever's
+    in-process BM25 corpus when it has one (kept in step with its writes; built from the store
+    on first use), else ``st.list_user`` (a store read: ~0.25 s for 1,000 rows on Milvus Lite)."""
+    cfg, bm25 = getattr(turns, "cfg", None), getattr(turns, "bm25", None)
+    if bm25 is not None and getattr(cfg, "bm25_backend", None) == "inprocess":
+        return lambda uid: list(bm25.get(uid).memories.values())
+    return st.list_user  # type: ignore[attr-defined, no-any-return]
+
+
+def memory_search(
+    cfg: SearchConfig,
+    facts: ActiveFacts,
+    turns: TurnRetriever,
+    retrieval: RetrievalConfig,
+    *,
+    enc: Encoder | None = None,
+    units: UnitIndex | None = None,
+    raw_turns: Callable[[str], Sequence[Memory]] | None = None,
+) -> MemorySearch:
+    """Search over facts, units and turn-pairs; the facts' BM25 is the retrieval config's."""
+    from functools import partial
+
+    from memroute.memory.search import MemorySearch
+    from memroute.retrieval.bm25 import BM25Index
+
+    lexical = partial(BM25Index, k1=retrieval.bm25_k1, b=retrieval.bm25_b, ngram=retrieval.ngram,
+                      stem=retrieval.stem)
+    return MemorySearch(facts, turns, cfg, lexical_index=lexical, encoder=enc, units=units,
+                        raw_turns=raw_turns)
 
 
 def backend(cfg: ModelConfig, assets: AssetStore | None) -> Backend:

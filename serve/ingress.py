@@ -238,6 +238,19 @@ class RouterIngress:
         return await self._memory_call(request, self.core.append_turns, body,
                                        user=user if isinstance(user, str) else None)
 
+    @app.post("/v1/memory/search")
+    async def search_memory(self, request: Request) -> Response:
+        """Search the user's facts, atomic units and turn-pairs (``{"user", "query", "top_k"}``):
+        one ranking with a confidence; below ``search.fallback_below`` a keyword fallback over
+        the raw turns, scored below every real match."""
+        try:
+            body = await self._json_body(request)
+        except Exception as exc:  # noqa: BLE001
+            return _http(self.core.error(exc))
+        user = body.get("user") if isinstance(body, dict) else None
+        return await self._memory_call(request, self.core.memory_api.search_memory, body,
+                                       user=user if isinstance(user, str) else None)
+
     @app.post("/v1/memory/facts/{fact}/retract")
     async def retract_fact(self, fact: str, request: Request) -> Response:
         """Retract one fact (kept, status ``retracted``) of ``?user=``."""
@@ -322,7 +335,7 @@ class RouterIngress:
             user_id = self.core.api.namespace_of(q.get("tenant"), q.get("user"))
         except Exception as exc:  # noqa: BLE001
             return _http(self.core.error(exc))
-        body = await asyncio.to_thread(self.core.memories, user_id)
+        body = await asyncio.to_thread(self.core.memory_api.memories, user_id)
         return JSONResponse({"tenant": q.get("tenant"), "user": q.get("user"), **body})
 
     def __del__(self) -> None:

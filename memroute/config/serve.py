@@ -26,6 +26,8 @@ from memroute.config.schema import (
     is_server_uri,
     ordered_cascade,
 )
+from memroute.config.search import SearchConfig, check_search_config
+from memroute.config.units import UnitsConfig, check_units_config
 from memroute.errors import ConfigError
 
 
@@ -121,6 +123,10 @@ class ServeConfig:
     facts: FactsConfig = field(default_factory=lambda: FactsConfig(url=""))
     # facts from conversation, by the first tier, in the background (extraction_lane.py)
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
+    # atomic context units from extraction, in Milvus beside the turn-pairs (memory/units.py)
+    units: UnitsConfig = field(default_factory=UnitsConfig)
+    # POST /v1/memory/search: facts, units and turns in one ranking (memory/search.py)
+    search: SearchConfig = field(default_factory=SearchConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     assets: AssetsConfig = field(default_factory=AssetsConfig)
     ray: RayConfig = field(default_factory=RayConfig)
@@ -179,6 +185,8 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
     check_journal_config(cfg.journal)
     check_facts_config(served_facts_config(cfg))
     check_extraction_config(cfg.extraction)
+    check_units_config(cfg.units)
+    check_search_config(cfg.search)
     if cfg.http.host not in ("127.0.0.1", "localhost", "::1") and not cfg.http.allow_public_bind:
         raise ConfigError(
             f"http.host {cfg.http.host!r} is not a loopback address; set http.allow_public_bind=true "

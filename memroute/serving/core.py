@@ -44,7 +44,6 @@ from memroute.journal.idempotency import (
 )
 from memroute.llm.base import Backend
 from memroute.memory.facts.extraction import Extractor
-from memroute.memory.facts.session import fact_json, session_start
 from memroute.routing.router import RouteRequest
 from memroute.serving.erasure import (
     ErasureReport,
@@ -54,10 +53,10 @@ from memroute.serving.erasure import (
     store_remover,
 )
 from memroute.serving.extraction_lane import ExtractionLane
-from memroute.serving.fact_requests import fact_input, turn_pairs
+from memroute.serving.memory_api import MemoryApi
 from memroute.serving.shadow import ShadowJudge
 from memroute.serving.tier_health import TierHealth
-from memroute.types import RouteResult, TurnPair, memory_of, stable_id
+from memroute.types import RouteResult, TurnPair, stable_id
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +84,10 @@ class ServingCore:
         self.api = ChatApi(cfg.api, self.keys, metrics,
                            tiers=[m.name for m in ordered_cascade(cfg.cascade)])
 
-        mem = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, build.asset_store(cfg.assets))
+        mem = build.memory(cfg.embedder, cfg.memory, cfg.retrieval, build.asset_store(cfg.assets),
+                           units=cfg.units)
         self.encoder, self.store, self.retriever = mem.encoder, mem.store, mem.retriever
+        self.units = mem.units  # None: units off
         self.journal = build.journal(cfg.journal)
         self.facts = build.facts(served_facts_config(cfg))
         self.idempotency = IdempotencyStore(
@@ -106,6 +107,12 @@ class ServingCore:
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
             JournaledRetriever(self.retriever, self.journal),
         )
+        self.memory_api = MemoryApi(cfg, facts=self.facts, journal=self.journal, store=self.store,
+                                    turns=self.router.retriever, units=self.units,
+                                    corpus=build.turn_corpus(self.retriever, self.store))
+        self.search = self.memory_api.search = build.memory_search(
+            cfg.search, self.facts, self.router.retriever, cfg.retrieval, enc=self.encoder,
+            units=self.units, raw_turns=self.memory_api.fallback_turns)
         self.shadow = self._shadow_judge(cfg)
         self.extraction = self._extraction_lane(cfg)
         self.tier_health = TierHealth([t.name for t in self.router.tiers])
@@ -120,11 +127,13 @@ class ServingCore:
                            max_tokens=cfg.router.max_tokens, registry=self.registry)
 
     def _extraction_lane(self, cfg: ServeConfig) -> ExtractionLane | None:
-        """Facts from conversation, by the first (cheapest) tier, off the request path."""
+        """Facts and atomic context units from conversation, by the first tier, off the path."""
         if not cfg.extraction.enabled:
             return None
         backend = self.router.tiers[0].backend
-        return ExtractionLane(Extractor.from_config(backend, self.facts, cfg.extraction),
+        extractor = Extractor.from_config(backend, self.facts, cfg.extraction,
+                                          unit_sink=self.units)
+        return ExtractionLane(extractor,
                               threshold_tokens=cfg.extraction.threshold_tokens,
                               count_text_tokens=backend.count_text_tokens)
 
@@ -309,57 +318,28 @@ class ServingCore:
             "uptime_s": round(time.time() - self.started_at, 1),
             **({"shadow": self.shadow.stats()} if self.shadow is not None else {}),
             **({"extraction": self.extraction.stats()} if self.extraction is not None else {}),
+            **({"units": self.units.stats()} if self.units is not None else {}),
         }
 
     def metrics(self) -> bytes:
         return render(self.registry)
 
-    def memories(self, user_id: str) -> dict[str, Any]:
-        """One namespace's turn-pairs in Milvus, oldest first, and how many still wait in the
-        journal (admin endpoint: lets tests check exactly-once writes without opening the
-        Milvus Lite file, which only this process may hold)."""
-        stored = self.store.list_user(user_id)
-        return {
-            "count": len(stored),
-            "memories": [
-                {"id": str(m.id), "text": m.text, "session_time": m.session_time} for m in stored
-            ],
-            "pending": len(self.journal.pending_for_user(user_id)),
-        }
-
-    # -- the fact layer (memroute/memory/facts): session start, facts, their timeline ---------
+    # -- the memory endpoints: memroute/serving/memory_api.py (the ingress calls it directly) --
 
     def session_start(self, user_id: str) -> dict[str, Any]:
-        """Profile, active facts, recent turns, the context block and the memory-search tool:
-        one indexed read of the facts, and a plain (non-vector) query for the recent turns."""
-        n = self.cfg.facts.recent_turns
-        recent: list[Any] = []
-        if n > 0:  # the store's rows and what the journal still holds (read-your-writes)
-            rows = {m.id: m for m in self.store.list_user(user_id)}
-            rows.update((e.pair.id, memory_of(e.pair)) for e in self.journal.pending_for_user(user_id))
-            recent = sorted(rows.values(), key=lambda m: (m.session_time, m.created_at))[-n:]
-        return session_start(self.facts, user_id, recent_turns=recent).to_json()
+        return self.memory_api.session_start(user_id)
 
     def append_turns(self, user_id: str, body: Any) -> dict[str, Any]:
-        """Turn-pairs an agent answered elsewhere: acknowledged once journaled (fsync); the
-        flusher embeds and stores them as it does the routed answers' pairs."""
-        pairs = turn_pairs(body, user_id, max_chars=self.cfg.api.limits.max_input_chars)
-        journaled = self.router.retriever.remember(pairs)
-        return {"object": "memory.turns", "journaled": journaled,
-                "ids": [str(p.id) for p in pairs]}
+        return self.memory_api.append_turns(user_id, body)
 
     def list_facts(self, user_id: str, key: str | None = None) -> dict[str, Any]:
-        """The user's active facts; with ``key``, that key's whole timeline (every status)."""
-        rows = self.facts.timeline(user_id, key) if key else self.facts.active(user_id)
-        return {"object": "list", "data": [fact_json(f) for f in rows]}
+        return self.memory_api.list_facts(user_id, key)
 
     def assert_fact(self, user_id: str, body: Any) -> dict[str, Any]:
-        """A fact the client states (``source`` explicit unless it says otherwise); the key's
-        previous value is superseded, never deleted."""
-        return fact_json(self.facts.assert_fact(user_id, fact_input(body)))
+        return self.memory_api.assert_fact(user_id, body)
 
     def retract_fact(self, user_id: str, fact_id: Any) -> dict[str, Any]:
-        return fact_json(self.facts.retract(user_id, fact_id))
+        return self.memory_api.retract_fact(user_id, fact_id)
 
     # -- erasure (GDPR Art. 17): memroute/serving/erasure.py --------------------------------
 
@@ -368,19 +348,23 @@ class ServingCore:
         # Not under _flush_lock: the flusher takes it inside the journal's store gate, which
         # the erasure holds; the other order here would deadlock.
         return erase_user(self.store, self.journal, self.idempotency, self.retriever, user_id,
-                          actor=actor, caches=self._erasable_caches(), facts=self.facts)
+                          actor=actor, caches=self._erasable_caches(), facts=self.facts,
+                          units=self.units)
 
     def erase_tenant(self, tenant: str, *, actor: str) -> ErasureReport:
         return erase_tenant(self.store, self.journal, self.idempotency, self.retriever, tenant,
-                            actor=actor, caches=self._erasable_caches(), facts=self.facts)
+                            actor=actor, caches=self._erasable_caches(), facts=self.facts,
+                            units=self.units)
 
     def erasure_audit(self, limit: int = 100) -> list[dict[str, Any]]:
         return erasure_audit(self.journal, limit=limit)
 
     def _erasable_caches(self) -> list[Any]:
-        """Per-user caches beside the retriever's BM25 (the read-your-writes vectors)."""
+        """Per-user caches beside the retriever's BM25 (the read-your-writes vectors, the memory
+        search's fact vectors, the extraction lane's buffer)."""
         rywr = self.router.retriever
         caches = [rywr] if hasattr(rywr, "forget_user") and rywr is not self.retriever else []
+        caches.append(self.search)
         return caches + ([self.extraction] if self.extraction is not None else [])
 
     def drain(self, timeout: float = 30.0) -> bool:
@@ -399,6 +383,8 @@ class ServingCore:
         if left:
             log.warning("%d journaled turn-pairs not yet in the store; they replay on next start", left)
         self.store.close()
+        if self.units is not None:
+            self.units.close()
         self.facts.close()
         self.idempotency.close()
         self.journal.close()

@@ -1,8 +1,9 @@
 """Erasure of a user or a whole tenant (GDPR Art. 17 / CCPA): every copy of their turn-pairs.
 
 Where a user's content lives: the journal (pending, flushed and parked entries), the
-idempotency table (stored answers), Milvus (the memories), and derived caches (the in-process
-BM25 index of the retriever; later the fact store). :func:`erase_user` / :func:`erase_tenant`
+idempotency table (stored answers), Milvus (the memories, and the atomic context units in their
+own collection), the fact store, and derived caches (the in-process BM25 indexes, the memory
+search's fact vectors). :func:`erase_user` / :func:`erase_tenant`
 remove it from all of them, in an order that cannot bring it back:
 
 1. Journal (one fsync'd transaction, under :meth:`Journal.store_gate`): the tombstone with the
@@ -11,7 +12,8 @@ remove it from all of them, in an order that cannot bring it back:
    entry at or below B (the rule: see :mod:`memroute.journal.sqlite_journal`).
 2. Idempotency rows (stored answers; a request whose claim goes cannot record its answer).
 3. Milvus: delete by the exact user filter (a tenant: its users found by a prefix scan), then
-   ``store.flush()``.
+   ``store.flush()``; then the facts and the units (``UnitIndex.erase_user``: its collection,
+   flushed, and its BM25 cache).
 4. Caches: ``retriever.forget_user`` / ``forget_tenant`` and each of ``caches``.
 5. The audit row is completed (store and idempotency counts, ``completed_at``).
 
@@ -65,6 +67,8 @@ class ErasureReport:
     actor: str
     audit_id: int
     boundary_seq: int  # journal entries of the target with seq <= this are erased data
+    # atomic context units deleted (Milvus rows too: the audit row's store_rows counts both)
+    unit_rows: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,10 +84,12 @@ def erase_user(
     actor: str,
     caches: Sequence[UserCache] = (),
     facts: Any = None,
+    units: Any = None,
     gate_timeout_s: float = GATE_TIMEOUT_S,
 ) -> ErasureReport:
     """Erase one namespace (``tenant:user``) everywhere; see the module doc for the order.
-    ``facts``: the fact store (memroute.memory.facts), whose rows of the user go too."""
+    ``facts``: the fact store (memroute.memory.facts), whose rows of the user go too;
+    ``units``: the unit index (memroute.memory.units), likewise."""
     tenant_of(user_id)  # validates: a namespaced id
     return _erase(
         "user", user_id, journal, actor, gate_timeout_s, [retriever, *caches],
@@ -91,6 +97,7 @@ def erase_user(
         idem_step=(lambda: idempotency.erase_user(user_id)) if idempotency is not None else None,
         store_step=lambda: store.delete_user(user_id),
         facts_step=(lambda: facts.erase_user(user_id)) if facts is not None else None,
+        units_step=(lambda: units.erase_user(user_id)) if units is not None else None,
         store=store,
     )
 
@@ -105,6 +112,7 @@ def erase_tenant(
     actor: str,
     caches: Sequence[UserCache] = (),
     facts: Any = None,
+    units: Any = None,
     gate_timeout_s: float = GATE_TIMEOUT_S,
 ) -> ErasureReport:
     """Erase every user of ``tenant`` (admin); the same order and guarantees as :func:`erase_user`."""
@@ -115,6 +123,7 @@ def erase_tenant(
         idem_step=(lambda: idempotency.erase_tenant(tenant)) if idempotency is not None else None,
         store_step=lambda: store.delete_tenant(tenant),
         facts_step=(lambda: facts.erase_tenant(tenant)) if facts is not None else None,
+        units_step=(lambda: units.erase_tenant(tenant)) if units is not None else None,
         store=store,
     )
 
@@ -131,6 +140,7 @@ def _erase(
     idem_step: Callable[[], int] | None,
     store_step: Callable[[], int],
     facts_step: Callable[[], int] | None = None,
+    units_step: Callable[[], int] | None = None,
     store: ErasableStore,
 ) -> ErasureReport:
     method = "forget_user" if scope == "user" else "forget_tenant"
@@ -144,14 +154,16 @@ def _erase(
         store_rows = store_step()
         store.flush()
         fact_rows = facts_step() if facts_step is not None else 0
+        unit_rows = units_step() if units_step is not None else 0
         for c in live:
             getattr(c, method)(target)
-    journal.finish_erasure(done.audit_id, store_rows=store_rows, idempotency_rows=idem_rows)
+    journal.finish_erasure(done.audit_id, store_rows=int(store_rows) + int(unit_rows),
+                           idempotency_rows=idem_rows)
     return ErasureReport(
         scope=scope, target=target, store_rows=int(store_rows), journal_rows=done.journal_rows,
         idempotency_rows=int(idem_rows), fact_rows=int(fact_rows), at=done.at, actor=actor,
         audit_id=done.audit_id,
-        boundary_seq=done.boundary_seq,
+        boundary_seq=done.boundary_seq, unit_rows=int(unit_rows),
     )
 
 

@@ -5,7 +5,8 @@ alike, :meth:`ExtractionLane.observe`). The lane counts each user's unextracted 
 extraction model's tokenizer; past ``extraction.threshold_tokens`` it queues the user's buffered
 turns for one extraction run on its own worker thread (:class:`~memroute.memory.facts.extraction.
 Extractor`: the per-user lock in the fact store, so two replicas or two triggers never run two
-extractions for one user: the loser keeps its turns for the next run).
+extractions for one user: the loser keeps its turns for the next run). The extractor writes the
+facts and hands the atomic context units to its unit sink (the serving core's UnitIndex).
 
 The buffer lives in memory: turns observed before a restart and not yet extracted are not
 extracted after it (their turn-pairs stay in Milvus; the facts they held come again when the
@@ -40,6 +41,7 @@ class ExtractionLane:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="extraction")
         self.runs = self.facts_written = self.skipped = self.failed = 0
+        self.units_written = self.units_suppressed = 0
 
     def observe(self, pairs: Sequence[TurnPair]) -> list[Future[Any]]:
         """Buffer ``pairs``; queue an extraction for each user now past the threshold."""
@@ -79,6 +81,8 @@ class ExtractionLane:
         elif result.skipped_reason is not None:
             self.skipped += 1
         self.facts_written += result.facts_written
+        self.units_written += result.units_written
+        self.units_suppressed += result.units_suppressed
 
     def _put_back(self, user_id: str, turns: list[TurnPair]) -> None:
         with self._lock:
@@ -94,7 +98,8 @@ class ExtractionLane:
         with self._lock:
             buffered = len(self._buffers)
         return {"runs": self.runs, "facts_written": self.facts_written, "skipped": self.skipped,
-                "failed": self.failed, "users_buffered": buffered}
+                "failed": self.failed, "users_buffered": buffered,
+                "units_written": self.units_written, "units_suppressed": self.units_suppressed}
 
     # erasure: the caches the serving core clears (memroute.serving.erasure)
     def forget_user(self, user_id: str) -> int:

@@ -1,5 +1,5 @@
 """The JSON bodies and path values of the memory endpoints (``/v1/memory/facts``,
-``/v1/memory/turns``), checked into the stores' inputs with a 400 naming the field; the stores
+``/v1/memory/turns``, ``/v1/memory/search``), checked into the stores' inputs with a 400 naming the field; the stores
 check the values themselves."""
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ from typing import Any
 from memroute.api.messages import check_text, json_type
 from memroute.errors import InvalidRequest
 from memroute.memory.facts import EXPLICIT, TEMPORAL, FactInput
+from memroute.memory.search import check_query
 from memroute.types import TurnPair, stable_id
 
 MAX_TURNS = 100  # turn-pairs per append request
 TURN_FIELDS = ("user", "assistant", "session_id", "time")
 
 FIELDS = ("user", "key", "value", "category", "source", "valid_from")
+SEARCH_FIELDS = ("user", "query", "top_k")
+DEFAULT_TOP_K = 5
 
 
 def fact_input(body: Any) -> FactInput:
@@ -90,3 +93,16 @@ def turn_pairs(body: Any, user_id: str, *, max_chars: int, clock: Any = time.tim
     if total > max_chars:
         raise InvalidRequest(f"turns hold {total} characters; the limit is {max_chars}", field="turns")
     return out
+
+
+def search_request(body: Any, *, max_chars: int) -> tuple[str, int]:
+    """``{"user"?, "query", "top_k"?}`` -> (query, top_k); ``user`` is read by the caller."""
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"the body must be a JSON object, got {json_type(body)}", field="body")
+    unknown = sorted(set(body) - set(SEARCH_FIELDS))
+    if unknown:
+        raise InvalidRequest(f"{unknown[0]} is not a field of a memory search; use "
+                             f"{', '.join(SEARCH_FIELDS)}", field=unknown[0])
+    if "query" not in body:
+        raise InvalidRequest("query is required", field="query")
+    return check_query(body["query"], body.get("top_k", DEFAULT_TOP_K), max_chars)

@@ -354,3 +354,103 @@ def test_from_config(store):
     ex = Extractor.from_config(mock(output(fact("user.color", "green"))), store, cfg)
     assert ex.schema.keys == ("user.color",) and (ex.retries, ex.max_tokens) == (0, 64)
     assert ex.extract(USER, [turn(0, "I love green")]).facts_written == 1
+
+
+# -- atomic context units in the extraction output ---------------------------------------------
+
+from memroute.memory.facts.extraction_schema import (  # noqa: E402 - the units' part of the file
+    MAX_UNIT_CHARS,
+    MAX_UNITS,
+    ExtractedUnit,
+    parse_extraction_output,
+    system_prompt,
+)
+from memroute.memory.units import UnitWrite  # noqa: E402
+
+DOG = "On 8 May 2023 Alice adopted a golden retriever named Biscuit."
+
+
+def with_units(facts: list[dict], units: list) -> str:
+    return json.dumps({"facts": facts, "units": units})
+
+
+def test_units_are_parsed_with_their_source_turn():
+    turns = [turn(0, "a"), turn(1, "b", day=2, session="s2")]
+    parsed = parse_extraction_output(with_units(
+        [fact("user.pet", "a dog named Biscuit", 1)],
+        [{"text": "  " + DOG + "\n", "turn": 0},
+         {"text": "On 10 May 2023 Alice  moved to Lyon.", "turn": 1}]), SCHEMA, turns)
+    assert [f.key for f in parsed.facts] == ["user.pet"]
+    first, second = parsed.units
+    assert first == ExtractedUnit(DOG, USER, "s1", 0, T0)  # whitespace normalized
+    assert second.text == "On 10 May 2023 Alice moved to Lyon."
+    assert (second.session_id, second.session_time, second.turn_id) == ("s2", T0 + 2 * DAY, turns[1].id)
+
+
+def test_an_output_without_units_still_parses_as_no_units():
+    parsed = parse_extraction_output(output(fact("user.budget", "50")), SCHEMA, [turn(0, "a")])
+    assert [f.value for f in parsed.facts] == ["50"] and parsed.units == []
+    assert parse_extraction_output(with_units([], []), SCHEMA, [turn(0, "a")]).units == []
+
+
+@pytest.mark.parametrize("units", [
+    {"text": DOG, "turn": 0},  # not a list
+    [DOG],
+    [{"text": DOG}],
+    [{"text": DOG, "turn": 0, "who": "Alice"}],
+    [{"text": DOG, "turn": 3}],  # no such turn
+    [{"text": DOG, "turn": True}],
+    [{"text": 5, "turn": 0}],
+    [{"text": "Yes.", "turn": 0}],  # too short to stand alone
+    [{"text": "x" * (MAX_UNIT_CHARS + 1), "turn": 0}],
+    [{"text": DOG + "\x00", "turn": 0}],
+    [{"text": DOG, "turn": 0}] * (MAX_UNITS + 1),
+    [{"text": DOG, "turn": 0}, {"text": "", "turn": 0}],  # one bad unit refuses all
+])
+def test_one_bad_unit_refuses_the_whole_output(units):
+    with pytest.raises(ExtractionError):
+        parse_extraction_output(with_units([fact("user.budget", "50")], units), SCHEMA,
+                                [turn(0, "a")])
+    with pytest.raises(ExtractionError):  # the facts-only reader refuses it too
+        parse_extraction(with_units([fact("user.budget", "50")], units), SCHEMA, [turn(0, "a")])
+
+
+def test_json_schema_and_prompt_ask_for_units():
+    js = json_schema(SCHEMA, n_turns=2)
+    unit = js["properties"]["units"]["items"]
+    assert js["required"] == ["facts", "units"] and js["properties"]["units"]["maxItems"] == MAX_UNITS
+    assert unit["properties"]["turn"]["maximum"] == 1 and unit["additionalProperties"] is False
+    assert unit["properties"]["text"]["maxLength"] == MAX_UNIT_CHARS
+    prompt = system_prompt(SCHEMA)
+    assert '"units"' in prompt and "No pronouns" in prompt and "No relative dates" in prompt
+    assert '{"facts": [], "units": []}' in prompt
+
+
+class Sink:
+    def __init__(self, fail: bool = False) -> None:
+        self.got, self.fail = [], fail
+
+    def add(self, user_id, units):
+        if self.fail:
+            raise RuntimeError("milvus is down")
+        self.got.append((user_id, list(units)))
+        return UnitWrite(written=len(units) - 1, suppressed=1)
+
+
+def test_the_extractor_hands_units_to_its_sink_after_the_facts(store):
+    answer = with_units([fact("user.pet", "a dog named Biscuit")],
+                        [{"text": DOG, "turn": 0}, {"text": DOG.replace("named", "called"), "turn": 0}])
+    sink = Sink()
+    result = Extractor(mock(answer), SCHEMA, store, unit_sink=sink).extract(USER, [turn(0, "a")])
+    assert (result.facts_written, result.units_written, result.units_suppressed) == (1, 1, 1)
+    assert [u.text for u in result.units] == [DOG, DOG.replace("named", "called")]
+    assert sink.got[0][0] == USER and len(sink.got[0][1]) == 2
+    no_sink = Extractor(mock(answer), SCHEMA, store).extract(USER, [turn(0, "a")])
+    assert len(no_sink.units) == 2 and no_sink.units_written == 0
+
+
+def test_a_failing_sink_propagates_after_the_facts_are_stored(store):
+    answer = with_units([fact("user.pet", "a dog named Biscuit")], [{"text": DOG, "turn": 0}])
+    with pytest.raises(RuntimeError):
+        Extractor(mock(answer), SCHEMA, store, unit_sink=Sink(fail=True)).extract(USER, [turn(0, "a")])
+    assert [f.value for f in store.active(USER, now=T0 + 60)] == ["a dog named Biscuit"]

@@ -8,7 +8,10 @@ decoding on vLLM, validated on every back end), parses it strictly, retries an i
 ``retries`` times (with the refused output and the reason appended), then logs a warning and
 skips: nothing half-parsed is ever stored. The facts are written with
 :meth:`FactStore.assert_fact` in conversation order, so a correction later in the conversation
-supersedes the earlier value (the store keeps both in the timeline).
+supersedes the earlier value (the store keeps both in the timeline). The output's atomic context
+units go to the optional ``unit_sink`` after the facts (:class:`memroute.memory.units.UnitIndex`:
+embedded, near-duplicates suppressed); a sink failure propagates like a back-end failure (the
+lane keeps the turns; a rerun restates the facts, and the units it already wrote are duplicates).
 
 It is meant for the background lane: :func:`needs_extraction` says when a user's unextracted
 conversation has grown past the threshold (``ExtractionConfig.threshold_tokens``). Which turns
@@ -22,18 +25,21 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from memroute.config.extraction import ExtractionConfig, check_extraction_config
 from memroute.errors import InvalidRequest
 from memroute.llm.base import Backend
 from memroute.llm.options import GenerationOptions
 from memroute.memory.facts.extraction_schema import (
+    ExtractedUnit,
     ExtractionError,
     ExtractionField,
     ExtractionSchema,
     extraction_prompt,
     json_schema,
     parse_extraction,
+    parse_extraction_output,
     retry_prompt,
 )
 from memroute.memory.facts.store import FactStore
@@ -53,6 +59,13 @@ def needs_extraction(unextracted_tokens: int, threshold: int = ExtractionConfig.
     return unextracted_tokens > threshold
 
 
+class UnitSink(Protocol):
+    """Where extracted units go (:class:`memroute.memory.units.UnitIndex`): returns an object
+    with ``written`` and ``suppressed`` counts."""
+
+    def add(self, user_id: str, units: Sequence[ExtractedUnit]) -> Any: ...
+
+
 @dataclass(frozen=True)
 class ExtractionResult:
     facts_written: int  # facts asserted (a restatement of the active value counts too)
@@ -61,6 +74,9 @@ class ExtractionResult:
     facts: tuple[Fact, ...] = ()  # the active fact of each asserted key, as the store returned
     error: str | None = None  # the last refusal's reason when skipped for invalid output
     latency_s: float = 0.0  # model time, all attempts
+    units: tuple[ExtractedUnit, ...] = ()  # the output's atomic context units, in output order
+    units_written: int = 0  # given to the unit sink and stored
+    units_suppressed: int = 0  # near-duplicates the sink did not store
 
 
 class Extractor:
@@ -75,6 +91,7 @@ class Extractor:
         *,
         max_tokens: int = ExtractionConfig.max_tokens,
         retries: int = ExtractionConfig.retries,
+        unit_sink: UnitSink | None = None,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
@@ -87,12 +104,14 @@ class Extractor:
         self.store = store
         self.max_tokens = max_tokens
         self.retries = retries
+        self.unit_sink = unit_sink
 
     @classmethod
-    def from_config(cls, backend: Backend, store: FactStore, cfg: ExtractionConfig) -> Extractor:
+    def from_config(cls, backend: Backend, store: FactStore, cfg: ExtractionConfig, *,
+                    unit_sink: UnitSink | None = None) -> Extractor:
         check_extraction_config(cfg)
         return cls(backend, ExtractionSchema.from_config(cfg.fields), store,
-                   max_tokens=cfg.max_tokens, retries=cfg.retries)
+                   max_tokens=cfg.max_tokens, retries=cfg.retries, unit_sink=unit_sink)
 
     def extract(self, user_id: str, turns: Sequence[TurnPair]) -> ExtractionResult:
         """Extract and store the facts of ``turns`` (one user's, in conversation order)."""
@@ -122,16 +141,22 @@ class Extractor:
             try:
                 if reply.finish_reason == "length":
                     raise ExtractionError(f"the output was cut at max_tokens={self.max_tokens}")
-                facts = parse_extraction(reply.text, self.schema, turns)
+                parsed = parse_extraction_output(reply.text, self.schema, turns)
             except ExtractionError as exc:
                 error = str(exc)
                 messages = retry_prompt(messages, reply.text, error)
                 continue
             # conversation order (stable): a later turn's value supersedes an earlier one's
             order = {t.id: i for i, t in enumerate(turns)}
-            facts.sort(key=lambda f: order[f.turn_id])
+            facts = sorted(parsed.facts, key=lambda f: order[f.turn_id])
             stored = tuple(self.store.assert_fact(uid, f) for f in facts)
-            return ExtractionResult(len(stored), attempt, None, stored, latency_s=latency)
+            written = suppressed = 0
+            if self.unit_sink is not None and parsed.units:
+                report = self.unit_sink.add(uid, parsed.units)
+                written, suppressed = int(report.written), int(report.suppressed)
+            return ExtractionResult(len(stored), attempt, None, stored, latency_s=latency,
+                                    units=tuple(parsed.units), units_written=written,
+                                    units_suppressed=suppressed)
         attempts = self.retries + 1
         log.warning("fact extraction for %s skipped after %d invalid output(s) from %s: %s",
                     uid, attempts, getattr(self.backend, "model_id", "?"), error)
@@ -142,13 +167,16 @@ __all__ = [
     "INVALID_OUTPUT",
     "LOCKED",
     "NO_TURNS",
+    "ExtractedUnit",
     "ExtractionError",
     "ExtractionField",
     "ExtractionResult",
     "ExtractionSchema",
     "Extractor",
+    "UnitSink",
     "extraction_prompt",
     "json_schema",
     "needs_extraction",
     "parse_extraction",
+    "parse_extraction_output",
 ]

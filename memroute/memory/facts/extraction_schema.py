@@ -4,7 +4,9 @@ The small model reads the conversation (turns numbered 0.., each with its sessio
 answers with one JSON object::
 
     {"facts": [{"key": "user.budget", "value": "80", "source": "explicit",
-                "valid_from": "2023-05-08" | null, "turn": 3}]}
+                "valid_from": "2023-05-08" | null, "turn": 3}],
+     "units": [{"text": "On 8 May 2023 Alice set her trip budget to 80 dollars a day.",
+                "turn": 3}]}
 
 ``key`` is one of the schema's fields (the entity key the fact store files it under; its
 category comes from the schema, never from the model), ``source`` is ``explicit`` (the user
@@ -35,15 +37,21 @@ from memroute.memory.facts.types import (
     FactInput,
     check_fact_input,
 )
-from memroute.types import Message, TurnPair, format_session_date
+from memroute.types import Message, TurnPair, format_session_date, stable_id
 
 OUTPUT_SOURCES = (EXPLICIT, INFERRED)  # "confirmed" is the user's answer to a question, not ours
 ITEM_KEYS = ("key", "value", "source", "valid_from", "turn")
+UNIT_KEYS = ("text", "turn")
+OUTPUT_KEYS = ("facts", "units")
+MAX_UNITS = 32  # per extraction output
+MAX_UNIT_CHARS = 300  # one sentence, not a summary
+MIN_UNIT_CHARS = 8  # shorter is no self-contained sentence ("Yes.")
 MAX_FACTS = 64  # per extraction output
 MAX_OUTPUT_VALUE_CHARS = 300  # an extracted value is a short phrase, not a paragraph
 ASSISTANT_CHARS = 300  # assistant replies are clipped in the prompt: facts are the user's
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _FENCE_RE = re.compile(r"^```(?:json)?\s*\n?(?P<body>.*?)\n?```$", re.DOTALL)
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class ExtractionError(MemrouteError):
@@ -51,6 +59,28 @@ class ExtractionError(MemrouteError):
 
     status = 502
     code = "extraction_error"
+
+
+@dataclass(frozen=True)
+class ExtractedUnit:
+    """An atomic context unit and the turn it came from (its user, session and time)."""
+
+    text: str
+    user_id: str
+    session_id: str
+    turn_index: int
+    session_time: int
+
+    @property
+    def turn_id(self) -> int:
+        """The source turn-pair's id (``TurnPair.id``)."""
+        return stable_id(self.user_id, self.session_id, self.turn_index)
+
+
+@dataclass(frozen=True)
+class ParsedExtraction:
+    facts: list[FactInput]
+    units: list[ExtractedUnit]
 
 
 @dataclass(frozen=True)
@@ -107,10 +137,20 @@ def json_schema(schema: ExtractionSchema, n_turns: int | None = None) -> dict[st
         "required": list(ITEM_KEYS),
         "additionalProperties": False,
     }
+    unit = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "minLength": MIN_UNIT_CHARS, "maxLength": MAX_UNIT_CHARS},
+            "turn": dict(turn),
+        },
+        "required": list(UNIT_KEYS),
+        "additionalProperties": False,
+    }
     return {
         "type": "object",
-        "properties": {"facts": {"type": "array", "items": item, "maxItems": MAX_FACTS}},
-        "required": ["facts"],
+        "properties": {"facts": {"type": "array", "items": item, "maxItems": MAX_FACTS},
+                       "units": {"type": "array", "items": unit, "maxItems": MAX_UNITS}},
+        "required": list(OUTPUT_KEYS),
         "additionalProperties": False,
     }
 
@@ -123,7 +163,8 @@ def system_prompt(schema: ExtractionSchema) -> str:
     lines = [
         "You extract facts about the user from a conversation, for a personal assistant's "
         "memory. Answer with one JSON object and nothing else:",
-        '{"facts": [{"key": ..., "value": ..., "source": ..., "valid_from": ..., "turn": ...}]}',
+        '{"facts": [{"key": ..., "value": ..., "source": ..., "valid_from": ..., "turn": ...}],',
+        ' "units": [{"text": ..., "turn": ...}]}',
         "",
         "The keys you may use (one fact per key and value; skip keys the conversation does "
         "not mention):",
@@ -144,7 +185,17 @@ def system_prompt(schema: ExtractionSchema) -> str:
         "- When the user corrects or changes a value, give each value with its own turn; the "
         "later one replaces the earlier.",
         "- Only facts about the user (not the assistant's suggestions or general knowledge).",
-        '- No facts: {"facts": []}.',
+        "",
+        '"units": what the user said that is worth remembering, each as one short sentence that '
+        "stands alone, read months later without the conversation:",
+        "- Say who (the user's name if known, else \"The user\"), what, and when: the date of "
+        "the turn it comes from, written out (\"On 8 May 2023\").",
+        "- No pronouns (he, she, it, they, this, that): name the person or thing.",
+        "- No relative dates (yesterday, last week, next month, tomorrow): turn them into "
+        "dates from the turn's date.",
+        f"- At most {MAX_UNITS} units, each under {MAX_UNIT_CHARS} characters; "
+        '"turn": the number of the turn it comes from.',
+        '- Nothing to extract: {"facts": [], "units": []}.',
     ]
     return "\n".join(lines)
 
@@ -169,7 +220,7 @@ def extraction_prompt(
     return [
         Message("system", system_prompt(schema)),
         Message("user", f"Conversation:\n\n{conversation}\n\nExtract the facts about the user "
-                        "as the JSON object."),
+                        "and the units as the JSON object."),
     ]
 
 
@@ -204,12 +255,59 @@ def _json_object(text: str) -> Any:
 def parse_extraction(
     text: str, schema: ExtractionSchema, turns: Sequence[TurnPair]
 ) -> list[FactInput]:
-    """The facts of a model output, in output order; :class:`ExtractionError` if anything in it
-    is invalid (the whole output is refused, never half-parsed)."""
+    """The facts of a model output, in output order (:func:`parse_extraction_output` for the
+    units too); :class:`ExtractionError` if anything in it is invalid."""
+    return parse_extraction_output(text, schema, turns).facts
+
+
+def parse_extraction_output(
+    text: str, schema: ExtractionSchema, turns: Sequence[TurnPair]
+) -> ParsedExtraction:
+    """The facts and units of a model output, in output order; :class:`ExtractionError` if
+    anything in it is invalid (the whole output is refused, never half-parsed). A missing
+    ``units`` key is no units (an output of the facts-only schema)."""
     data = _json_object(text)
-    if not isinstance(data, dict) or set(data) != {"facts"}:
-        raise ExtractionError('the output must be an object with exactly one key, "facts"')
-    items = data["facts"]
+    if not isinstance(data, dict) or "facts" not in data or not set(data) <= set(OUTPUT_KEYS):
+        raise ExtractionError('the output must be an object with the keys "facts" and "units"')
+    facts = _parse_facts(data["facts"], schema, turns)
+    return ParsedExtraction(facts, _parse_units(data.get("units", []), turns))
+
+
+def _turn_number(turn: object, where: str, turns: Sequence[TurnPair]) -> int:
+    if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < len(turns):
+        raise ExtractionError(f"{where}.turn must be a turn number in [0, {len(turns) - 1}], "
+                              f"got {str(turn)[:20]!r}")
+    return turn
+
+
+def _parse_units(items: Any, turns: Sequence[TurnPair]) -> list[ExtractedUnit]:
+    if not isinstance(items, list):
+        raise ExtractionError('"units" must be a list')
+    if len(items) > MAX_UNITS:
+        raise ExtractionError(f'"units" has {len(items)} items; at most {MAX_UNITS} are read')
+    out = []
+    for i, item in enumerate(items):
+        where = f"units[{i}]"
+        if not isinstance(item, dict) or set(item) != set(UNIT_KEYS):
+            raise ExtractionError(f"{where} must be an object with exactly the keys "
+                                  f"{', '.join(UNIT_KEYS)}")
+        text = item["text"]
+        if not isinstance(text, str):
+            raise ExtractionError(f"{where}.text must be a string")
+        text = " ".join(text.split())  # one line: newlines and runs of spaces carry nothing
+        if not MIN_UNIT_CHARS <= len(text) <= MAX_UNIT_CHARS:
+            raise ExtractionError(f"{where}.text has {len(text)} characters; it must have "
+                                  f"{MIN_UNIT_CHARS}-{MAX_UNIT_CHARS}")
+        if _CONTROL_RE.search(text):
+            raise ExtractionError(f"{where}.text contains control characters")
+        source = turns[_turn_number(item["turn"], where, turns)]
+        out.append(ExtractedUnit(text, source.user_id, source.session_id, source.turn_index,
+                                 int(source.session_time)))
+    return out
+
+
+def _parse_facts(items: Any, schema: ExtractionSchema, turns: Sequence[TurnPair]
+                 ) -> list[FactInput]:
     if not isinstance(items, list):
         raise ExtractionError('"facts" must be a list')
     if len(items) > MAX_FACTS:
@@ -236,10 +334,7 @@ def parse_extraction(
         if source not in OUTPUT_SOURCES:
             raise ExtractionError(f"{where}.source must be one of {', '.join(OUTPUT_SOURCES)}, "
                                   f"got {str(source)[:20]!r}")
-        turn = item["turn"]
-        if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < len(turns):
-            raise ExtractionError(f"{where}.turn must be a turn number in [0, {len(turns) - 1}], "
-                                  f"got {str(turn)[:20]!r}")
+        turn = _turn_number(item["turn"], where, turns)
         raw_from = item["valid_from"]
         if raw_from is None:
             valid_from = float(turns[turn].session_time)
@@ -257,14 +352,19 @@ def parse_extraction(
 
 
 __all__ = [
+    "MAX_UNITS",
+    "MAX_UNIT_CHARS",
+    "OUTPUT_SOURCES",
+    "ExtractedUnit",
     "ExtractionError",
     "ExtractionField",
     "ExtractionSchema",
-    "OUTPUT_SOURCES",
+    "ParsedExtraction",
     "conversation_text",
     "extraction_prompt",
     "json_schema",
     "parse_extraction",
+    "parse_extraction_output",
     "retry_prompt",
     "system_prompt",
 ]

@@ -1,0 +1,114 @@
+"""The memory endpoints (``/v1/memory/*``) as plain Python: session start, facts and their
+timeline, appended turns, memory search, and the admin view of stored turn-pairs.
+
+The caller (:class:`~memroute.serving.core.ServingCore`, for the Serve ingress) has resolved
+the namespaced user from the API key's tenant, as for chat; bodies are checked here into the
+stores' inputs (:mod:`memroute.serving.fact_requests`: a 400 naming the field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from memroute.config.serve import ServeConfig
+from memroute.memory.facts.session import fact_json, session_start
+from memroute.memory.search import MemorySearch
+from memroute.serving.fact_requests import fact_input, search_request, turn_pairs
+from memroute.types import Memory, memory_of
+
+
+class MemoryApi:
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        *,
+        facts: Any,
+        journal: Any,
+        store: Any,
+        turns: Any,
+        units: Any = None,
+        corpus: Callable[[str], Sequence[Memory]] | None = None,
+    ) -> None:
+        """``turns``: the Router's retriever (journals appended pairs; retrieval reads the
+        journal too); ``units``: the unit index or None (units off); ``corpus``: the user's
+        stored turn-pairs as the search fallback scans them (``build.turn_corpus``: the
+        retriever's in-process BM25 corpus, no store round trip; default: the store's rows)."""
+        self.cfg = cfg
+        self.facts, self.journal, self.store = facts, journal, store
+        self.turns, self.units = turns, units
+        self.corpus = corpus or store.list_user
+        self.search: MemorySearch | None = None  # set by the core (build.memory_search)
+
+    # -- turn-pairs as stored, with what the journal still holds -----------------------------
+
+    def stored_and_pending_turns(self, user_id: str) -> list[Memory]:
+        """The user's turn-pairs in the store and those the journal has not flushed yet (read-
+        your-writes), oldest first; a plain query, no vector search."""
+        rows = {m.id: m for m in self.store.list_user(user_id)}
+        rows.update((e.pair.id, memory_of(e.pair)) for e in self.journal.pending_for_user(user_id))
+        return sorted(rows.values(), key=lambda m: (m.session_time, m.created_at))
+
+    def fallback_turns(self, user_id: str) -> list[Memory]:
+        """What the search's keyword fallback scans: the corpus and the journal's pending pairs."""
+        rows = {m.id: m for m in self.corpus(user_id)}
+        rows.update((e.pair.id, memory_of(e.pair)) for e in self.journal.pending_for_user(user_id))
+        return list(rows.values())
+
+    def recent_turns_for_session_start(self, user_id: str) -> list[Memory]:
+        """Session start's recent turns: the last ``facts.recent_turns`` of the store's rows
+        and the journal's pending pairs."""
+        n = self.cfg.facts.recent_turns
+        return self.stored_and_pending_turns(user_id)[-n:] if n > 0 else []
+
+    def session_start(self, user_id: str) -> dict[str, Any]:
+        """Profile, active facts, recent turns, the context block and the memory-search tool:
+        one indexed read of the facts, and a plain (non-vector) query for the recent turns."""
+        recent = self.recent_turns_for_session_start(user_id)
+        return session_start(self.facts, user_id, recent_turns=recent).to_json()
+
+    def memories(self, user_id: str) -> dict[str, Any]:
+        """One namespace's turn-pairs in Milvus, oldest first, and how many still wait in the
+        journal (admin endpoint: lets tests check exactly-once writes without opening the
+        Milvus Lite file, which only this process may hold)."""
+        stored = self.store.list_user(user_id)
+        return {
+            "count": len(stored),
+            "memories": [
+                {"id": str(m.id), "text": m.text, "session_time": m.session_time} for m in stored
+            ],
+            "pending": len(self.journal.pending_for_user(user_id)),
+        }
+
+    def append_turns(self, user_id: str, body: Any) -> dict[str, Any]:
+        """Turn-pairs an agent answered elsewhere: acknowledged once journaled (fsync); the
+        flusher embeds and stores them as it does the routed answers' pairs."""
+        pairs = turn_pairs(body, user_id, max_chars=self.cfg.api.limits.max_input_chars)
+        journaled = self.turns.remember(pairs)
+        return {"object": "memory.turns", "journaled": journaled,
+                "ids": [str(p.id) for p in pairs]}
+
+    # -- facts --------------------------------------------------------------------------------
+
+    def list_facts(self, user_id: str, key: str | None = None) -> dict[str, Any]:
+        """The user's active facts; with ``key``, that key's whole timeline (every status)."""
+        rows = self.facts.timeline(user_id, key) if key else self.facts.active(user_id)
+        return {"object": "list", "data": [fact_json(f) for f in rows]}
+
+    def assert_fact(self, user_id: str, body: Any) -> dict[str, Any]:
+        """A fact the client states (``source`` explicit unless it says otherwise); the key's
+        previous value is superseded, never deleted."""
+        return fact_json(self.facts.assert_fact(user_id, fact_input(body)))
+
+    def retract_fact(self, user_id: str, fact_id: Any) -> dict[str, Any]:
+        return fact_json(self.facts.retract(user_id, fact_id))
+
+    # -- search -------------------------------------------------------------------------------
+
+    def search_memory(self, user_id: str, body: Any) -> dict[str, Any]:
+        """``{"query", "top_k"?}``: facts, units and turn-pairs in one ranking, a confidence,
+        and the keyword fallback's hits below every real match (memroute.memory.search)."""
+        if self.search is None:
+            raise RuntimeError("memory search is not wired (MemoryApi.search)")
+        query, top_k = search_request(body, max_chars=self.cfg.search.max_query_chars)
+        return self.search.search(user_id, query, top_k).to_json()
