@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from memroute.memory.units import UnitIndex
     from memroute.retrieval.bm25 import BM25Cache
     from memroute.retrieval.retriever import HybridRetriever
+    from memroute.routing.facts_block import FactsSource
     from memroute.routing.router import MemoryRetriever, Router, Tier
     from memroute.types import Memory
 
@@ -252,10 +253,13 @@ def router(
     cfg: RouterConfig,
     retrieval: RetrievalConfig,
     memory_retriever: MemoryRetriever | None,
+    *,
+    facts: FactsSource | None = None,
 ) -> Router:
+    """``facts``: the users' current facts (a fact store) injected before the turn-pairs."""
     from memroute.routing.router import Router
 
-    return Router(list(tier_list), cfg, retrieval, memory_retriever)
+    return Router(list(tier_list), cfg, retrieval, memory_retriever, facts=facts)
 
 
 def facts(cfg: FactsConfig) -> FactStore:

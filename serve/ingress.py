@@ -202,6 +202,8 @@ class RouterIngress:
             body = await asyncio.to_thread(call, user_id, *args)
         except Exception as exc:  # noqa: BLE001
             return _http(self.core.error(exc))
+        if isinstance(body, bytes):  # encoded already (session start: memory_api)
+            return Response(body, media_type="application/json")
         return JSONResponse(body)
 
     @app.get("/v1/memory/session-start")

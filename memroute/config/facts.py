@@ -27,6 +27,8 @@ class FactsConfig:
     # Users whose active facts a store keeps in memory between session starts (valid while the
     # user's version token in the database is unchanged: safe across replicas); 0 = off.
     cache_users: int = 10000
+    # Served: the router injects the user's active facts before the retrieved turn-pairs.
+    inject: bool = True
 
 
 def _scheme(url: str) -> str:
@@ -78,6 +80,8 @@ def check_facts_config(cfg: FactsConfig) -> FactsConfig:
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100:
         raise ConfigError(f"pool_size must be an integer in [1, 100], got {size!r}",
                           field="facts.pool_size")
+    if not isinstance(cfg.inject, bool):
+        raise ConfigError(f"inject must be true or false, got {cfg.inject!r}", field="facts.inject")
     for name, high in (("cache_users", 10_000_000), ("recent_turns", 100)):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:

@@ -99,6 +99,7 @@ class ServingCore:
         self._last_store_flush = 0.0
         self._flush_every_write = not is_server_uri(cfg.memory.uri)  # Milvus Lite: see _write_to_store
         self._flush_lock = threading.Lock()
+        self.fact_store_misses = 0  # stored pairs the fact store could not note (see below)
         # on_erased: a batch written while another process erased its user is deleted again
         self.flusher = Flusher.from_config(self.journal, self._write_to_store, cfg.journal,
                                            on_erased=store_remover(self.store, self.retriever),
@@ -106,6 +107,7 @@ class ServingCore:
         self.router = build.router(
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
             JournaledRetriever(self.retriever, self.journal),
+            facts=self.facts if cfg.facts.inject else None,
         )
         self.memory_api = MemoryApi(cfg, facts=self.facts, journal=self.journal, store=self.store,
                                     turns=self.router.retriever, units=self.units,
@@ -117,6 +119,8 @@ class ServingCore:
         self.extraction = self._extraction_lane(cfg)
         self.tier_health = TierHealth([t.name for t in self.router.tiers])
         self.flusher.start()  # replays whatever a previous process acknowledged but did not flush
+        if self.extraction is not None:
+            self.extraction.recover()  # users a previous process left past the threshold
         self.started_at = time.time()
 
     def _shadow_judge(self, cfg: ServeConfig) -> ShadowJudge | None:
@@ -133,7 +137,7 @@ class ServingCore:
         backend = self.router.tiers[0].backend
         extractor = Extractor.from_config(backend, self.facts, cfg.extraction,
                                           unit_sink=self.units)
-        return ExtractionLane(extractor,
+        return ExtractionLane(extractor, queue=self.facts.queue,
                               threshold_tokens=cfg.extraction.threshold_tokens,
                               count_text_tokens=backend.count_text_tokens)
 
@@ -146,14 +150,25 @@ class ServingCore:
         their WAL): an acknowledged pair would be lost (~10 ms per batch, searches unchanged).
         A server has its own WAL; it is flushed now and then (searching unflushed rows is slow)."""
         written = self.retriever.remember(pairs)
-        if self.extraction is not None:  # counted now, extracted on the lane's own thread
-            self.extraction.observe(pairs)
+        self._note_in_fact_store(pairs)
         with self._flush_lock:
             since = time.monotonic() - self._last_store_flush
             if self._flush_every_write or since >= self.cfg.ingress.store_flush_interval_s:
                 self.store.flush()
                 self._last_store_flush = time.monotonic()
         return written
+
+    def _note_in_fact_store(self, pairs: Sequence[TurnPair]) -> None:
+        """Session start's recent turns and the extraction queue (counted now, extracted on the
+        lane's own thread). Best effort: the pairs are stored already, and a fact database
+        that is down must not hold up memory writes (a missed pair is logged)."""
+        try:
+            self.facts.record_turns(list(pairs), keep=self.cfg.facts.recent_turns)
+            if self.extraction is not None:
+                self.extraction.observe(pairs)
+        except Exception:  # noqa: BLE001
+            self.fact_store_misses += len(pairs)
+            log.exception("the fact store could not note %d stored turn-pairs", len(pairs))
 
     # -- request flow ------------------------------------------------------------------------
 
@@ -326,8 +341,8 @@ class ServingCore:
 
     # -- the memory endpoints: memroute/serving/memory_api.py (the ingress calls it directly) --
 
-    def session_start(self, user_id: str) -> dict[str, Any]:
-        return self.memory_api.session_start(user_id)
+    def session_start(self, user_id: str) -> bytes:
+        return self.memory_api.session_start(user_id)  # the JSON body, encoded
 
     def append_turns(self, user_id: str, body: Any) -> dict[str, Any]:
         return self.memory_api.append_turns(user_id, body)
@@ -361,11 +376,11 @@ class ServingCore:
 
     def _erasable_caches(self) -> list[Any]:
         """Per-user caches beside the retriever's BM25 (the read-your-writes vectors, the memory
-        search's fact vectors, the extraction lane's buffer)."""
+        search's fact vectors); the extraction queue is in the fact store, erased with it."""
         rywr = self.router.retriever
         caches = [rywr] if hasattr(rywr, "forget_user") and rywr is not self.retriever else []
         caches.append(self.search)
-        return caches + ([self.extraction] if self.extraction is not None else [])
+        return caches
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Block until every journaled pair is in Milvus (and flushed); tests and shutdown."""

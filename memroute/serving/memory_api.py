@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from memroute.config.serve import ServeConfig
-from memroute.memory.facts.session import fact_json, session_start
+from memroute.memory.facts.session import RenderCache, fact_json, session_start
 from memroute.memory.search import MemorySearch
 from memroute.serving.fact_requests import fact_input, search_request, turn_pairs
 from memroute.types import Memory, memory_of
@@ -39,15 +39,9 @@ class MemoryApi:
         self.turns, self.units = turns, units
         self.corpus = corpus or store.list_user
         self.search: MemorySearch | None = None  # set by the core (build.memory_search)
+        self._renders = RenderCache(cfg.facts.cache_users)
 
     # -- turn-pairs as stored, with what the journal still holds -----------------------------
-
-    def stored_and_pending_turns(self, user_id: str) -> list[Memory]:
-        """The user's turn-pairs in the store and those the journal has not flushed yet (read-
-        your-writes), oldest first; a plain query, no vector search."""
-        rows = {m.id: m for m in self.store.list_user(user_id)}
-        rows.update((e.pair.id, memory_of(e.pair)) for e in self.journal.pending_for_user(user_id))
-        return sorted(rows.values(), key=lambda m: (m.session_time, m.created_at))
 
     def fallback_turns(self, user_id: str) -> list[Memory]:
         """What the search's keyword fallback scans: the corpus and the journal's pending pairs."""
@@ -55,17 +49,16 @@ class MemoryApi:
         rows.update((e.pair.id, memory_of(e.pair)) for e in self.journal.pending_for_user(user_id))
         return list(rows.values())
 
-    def recent_turns_for_session_start(self, user_id: str) -> list[Memory]:
-        """Session start's recent turns: the last ``facts.recent_turns`` of the store's rows
-        and the journal's pending pairs."""
+    def session_start(self, user_id: str) -> bytes:
+        """Profile, active facts, recent turns, the context block and the memory-search tool,
+        as the JSON body: one transaction on the fact store (the user's version token, the
+        newest turns, the active facts unless cached) and the journal's pending pairs; no
+        embedding, no vector search (memroute.memory.facts.session)."""
         n = self.cfg.facts.recent_turns
-        return self.stored_and_pending_turns(user_id)[-n:] if n > 0 else []
-
-    def session_start(self, user_id: str) -> dict[str, Any]:
-        """Profile, active facts, recent turns, the context block and the memory-search tool:
-        one indexed read of the facts, and a plain (non-vector) query for the recent turns."""
-        recent = self.recent_turns_for_session_start(user_id)
-        return session_start(self.facts, user_id, recent_turns=recent).to_json()
+        pending = ([memory_of(e.pair) for e in self.journal.pending_for_user(user_id, limit=n)]
+                   if n > 0 else [])
+        return session_start(self.facts, user_id, recent=n, pending=pending,
+                             cache=self._renders).to_json_bytes()
 
     def memories(self, user_id: str) -> dict[str, Any]:
         """One namespace's turn-pairs in Milvus, oldest first, and how many still wait in the

@@ -86,11 +86,12 @@ class Counting:
     """A back end that counts the prompts it was asked to answer."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.prompts = inner, 0
+        self.inner, self.prompts, self.last_batch = inner, 0, []
         self.model_id = inner.model_id
 
     def generate_many(self, batch, **kw):
         self.prompts += len(batch)
+        self.last_batch = list(batch)
         return self.inner.generate_many(batch, **kw)
 
     def __getattr__(self, name):

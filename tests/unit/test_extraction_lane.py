@@ -1,15 +1,19 @@
-"""The background extraction lane: turns are counted as the flusher stores them, a user past the
-threshold gets one extraction run off the request path (a second trigger meanwhile runs none),
-a run that finds the user locked elsewhere keeps its turns, erasure drops a user's buffer; and,
-through the serving core, a stated fact ends up in the fact store."""
+"""The background extraction lane on the fact store's extraction queue (SQLite): turns are counted
+as the flusher stores them, a user past the threshold gets one extraction run off the request
+path (a second trigger meanwhile runs none, on this replica or another), a run that finds the
+user locked elsewhere keeps its turns, a restarted lane picks up what was queued, erasure
+empties a user's queue; and, through the serving core, a stated fact ends up in the fact store."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
+
 from memroute.config.extraction import ExtractionConfig
 from memroute.config.schema import ModelConfig
+from memroute.memory.facts import FactStore
 from memroute.memory.facts.extraction import ExtractionResult
 from memroute.namespace import namespace
 from memroute.serving.extraction_lane import ExtractionLane
@@ -38,9 +42,28 @@ def words(text):
     return len(text.split())
 
 
-def test_past_the_threshold_one_run_takes_every_buffered_turn_and_a_second_trigger_waits():
+@pytest.fixture
+def stores(tmp_path):
+    """Fact stores on one database: two of them stand for two replicas."""
+    opened = []
+
+    def make():
+        opened.append(FactStore(f"sqlite:///{tmp_path / 'facts.sqlite3'}"))
+        return opened[-1]
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+def lane_on(store, ex, threshold=10):
+    return ExtractionLane(ex, queue=store.queue, threshold_tokens=threshold,
+                          count_text_tokens=words)
+
+
+def test_past_the_threshold_one_run_takes_every_queued_turn_and_a_second_trigger_waits(stores):
     ex = SlowExtractor()
-    lane = ExtractionLane(ex, threshold_tokens=10, count_text_tokens=words)
+    lane = lane_on(stores(), ex)
     assert lane.observe([pair("u", 0)]) == []  # 8 words: below
     [run] = lane.observe([pair("u", 1)])  # 16: due
     ex.started.wait(5)
@@ -53,17 +76,58 @@ def test_past_the_threshold_one_run_takes_every_buffered_turn_and_a_second_trigg
     lane.close()
 
 
-def test_a_retried_store_write_is_not_counted_twice_and_locked_runs_keep_their_turns():
+def test_a_retried_store_write_is_not_counted_twice_and_locked_runs_keep_their_turns(stores):
+    store = stores()
     ex = SlowExtractor(reason="locked", delay=0)
-    lane = ExtractionLane(ex, threshold_tokens=10, count_text_tokens=words)
-    lane.observe([pair("u", 0)])
-    lane.observe([pair("u", 0)])  # the same pair again: 8 tokens, not 16
-    assert lane.pending_tokens("u") == 8
-    [run] = lane.observe([pair("u", 1)])
+    lane = lane_on(store, ex)
+    lane.observe([pair("acme:u", 0)])
+    lane.observe([pair("acme:u", 0)])  # the same pair again: 8 tokens, not 16
+    assert lane.pending_tokens("acme:u") == 8
+    [run] = lane.observe([pair("acme:u", 1)])
     run.result(5)
-    assert lane.pending_tokens("u") == 16  # put back for the next run
-    assert lane.forget_user("u") == 2 and lane.pending_tokens("u") == 0
+    assert lane.pending_tokens("acme:u") == 16  # still queued for the next run
+    assert store.erase_user("acme:u") == 2 and lane.pending_tokens("acme:u") == 0
     lane.close()
+
+
+def test_invalid_output_drops_the_turns_and_a_failed_run_keeps_them(stores):
+    store = stores()
+    lane = lane_on(store, SlowExtractor(reason="invalid_output", delay=0))
+    [run] = lane.observe([pair("u", 0), pair("u", 1)])
+    run.result(5)
+    assert lane.pending_tokens("u") == 0 and lane.stats()["skipped"] == 1
+
+    class Broken:
+        def extract(self, user_id, turns):
+            raise RuntimeError("engine down")
+
+    broken = lane_on(store, Broken())
+    [run] = broken.observe([pair("u", 2), pair("u", 3)])
+    run.result(5)
+    assert broken.pending_tokens("u") == 16 and broken.stats()["failed"] == 1
+    lane.close()
+    broken.close()
+
+
+def test_two_replicas_feed_one_total_and_a_restart_recovers_the_queue(stores):
+    a_ex, b_ex = SlowExtractor(delay=0), SlowExtractor(delay=0)
+    a, b = lane_on(stores(), a_ex), lane_on(stores(), b_ex)
+    assert a.observe([pair("u", 0)]) == []  # 8 of 10 on replica a
+    [run] = b.observe([pair("u", 1)])  # replica b sees 16: both turns are one user's
+    run.result(5)
+    assert b_ex.calls == [("u", [0, 1])] and a_ex.calls == []
+    a.close()
+    b.close()
+    # a process dies with a user past the threshold (queued by observe, never run)
+    dead = lane_on(stores(), SlowExtractor(delay=0), threshold=10**6)
+    dead.observe([pair("v", 0), pair("v", 1)])
+    dead.close()
+    ex = SlowExtractor(delay=0)
+    restarted = lane_on(stores(), ex)
+    [run] = restarted.recover()
+    run.result(5)
+    assert ex.calls == [("v", [0, 1])] and restarted.pending_tokens("v") == 0
+    restarted.close()
 
 
 EXTRACTED = ('{{"facts": [{{"key": "user.budget", "value": "80 dollars a day", '

@@ -5,6 +5,8 @@ caller's tenant, and erasing a user removes its facts."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memroute.config.schema import ModelConfig
@@ -12,7 +14,7 @@ from memroute.errors import InvalidRequest, NotFound
 from memroute.namespace import namespace
 from memroute.serving.fact_requests import fact_id, fact_input
 
-from .fakes import serving_core
+from .fakes import call_like_ingress, serving_core
 
 SMALL = ModelConfig(name="mock-small", engine="mock", params_b=0.5)
 ALICE, BOB = namespace("acme", "alice"), namespace("globex", "alice")
@@ -39,7 +41,7 @@ def test_session_start_injects_current_values_asserted_apart_from_inferred(core)
     core.assert_fact(ALICE, {"key": "user.budget", "value": "50"})
     core.assert_fact(ALICE, {"key": "user.budget", "value": "80"})
     core.assert_fact(ALICE, {"key": "user.diet", "value": "vegetarian", "source": "inferred"})
-    s = core.session_start(ALICE)
+    s = json.loads(core.session_start(ALICE))
     assert [f["key"] for f in s["profile"]] == ["user.name"]
     assert {f["key"]: f["value"] for f in s["facts"]} == {"user.budget": "80", "user.diet": "vegetarian"}
     told, maybe = s["context"].split("\n\n")[:2]
@@ -119,5 +121,33 @@ def test_a_bad_append_is_a_400_naming_the_field_and_journals_nothing(core, body,
 def test_session_start_shows_a_just_appended_turn_before_it_is_stored(core):
     core.flusher.stop(drain=False)  # nothing reaches the store: the journal alone has it
     core.append_turns(ALICE, {"turns": [{"user": "I moved to Lyon.", "assistant": "Noted."}]})
-    assert [t["text"].split("Q: ")[1] for t in core.session_start(ALICE)["recent_turns"]] == \
+    assert [t["text"].split("Q: ")[1] for t in json.loads(core.session_start(ALICE))["recent_turns"]] == \
         ["I moved to Lyon. / A: Noted."]
+
+
+def _system_prompt(core) -> str:
+    [messages] = core.test_backends[0].last_batch
+    return messages[0].content
+
+
+@pytest.mark.parametrize("inject", [True, False])
+def test_a_routed_chat_gets_the_current_facts_unless_turned_off(tmp_path, monkeypatch, inject):
+    from memroute.config.facts import FactsConfig
+
+    core = serving_core(tmp_path, monkeypatch, SMALL, api_keys={"sk-a": "acme"},
+                        facts=FactsConfig(url=f"sqlite:///{tmp_path / 'f.sqlite3'}", inject=inject))
+    try:
+        core.assert_fact(ALICE, {"key": "user.budget", "value": "50"})
+        core.assert_fact(ALICE, {"key": "user.budget", "value": "80"})
+        body = {"model": "memroute", "user": "alice",
+                "messages": [{"role": "user", "content": "What is my budget?"}]}
+        reply = call_like_ingress(core, body)
+        assert reply.status == 200
+        injected = reply.body["memroute"]["tokens"]["injected"]
+        system = _system_prompt(core)
+        if inject:
+            assert "user.budget: 80" in system and "50" not in system and injected > 0
+        else:
+            assert "user.budget" not in system and injected == 0
+    finally:
+        core.close()

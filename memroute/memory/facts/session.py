@@ -141,7 +141,6 @@ class SessionStart:
 def session_start(
     store: FactStore, user_id: str, *, recent: int = 0, pending: Sequence[Memory] = (),
     now: float | None = None, cache: RenderCache | None = None,
-    recent_turns: Sequence[Memory] | None = None,
 ) -> SessionStart:
     """The user's session start: active facts and the newest ``recent`` turn-pairs, read in one
     transaction, plus ``pending`` (turns journaled but not yet recorded by the background lane:
@@ -150,8 +149,6 @@ def session_start(
     rendered = cache.render(user_id, active) if cache is not None else render_facts(active)
     turns = {m.id: m for m in stored}
     turns.update((m.id, m) for m in pending)
-    if recent_turns is not None:  # TODO(session-start wiring): the caller's own turns, as before
-        return SessionStart(rendered, sorted(recent_turns, key=lambda m: (m.session_time, m.turn_index)))
     newest = sorted(turns.values(), key=lambda m: (m.session_time, m.created_at, m.turn_index))
     return SessionStart(rendered, newest[-recent:] if recent > 0 else [])
 
