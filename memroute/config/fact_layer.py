@@ -27,6 +27,9 @@ class FactLayerConfig:
     turns_per_call: int = 8  # turn-pairs per extraction call (a session is cut into chunks)
     max_tokens: int = 512  # the extraction reply's budget
     retries: int = 1  # an invalid output is retried this often, then that chunk is skipped
+    # Atomic context units in the reply too; off by default: these conditions inject facts,
+    # and a facts-only reply is about half as long (extraction is most of the run's time).
+    units: bool = False
     fields: Optional[list[dict[str, str]]] = None  # noqa: UP045 - OmegaConf reads Optional
     dataset_fields: dict[str, Any] = field(default_factory=dict)  # dataset name -> fields
 
@@ -48,6 +51,9 @@ def check_fact_layer_config(cfg: FactLayerConfig) -> FactLayerConfig:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}",
                               field=f"fact_layer.{name}")
+    if not isinstance(cfg.units, bool):
+        raise ConfigError(f"units must be true or false, got {cfg.units!r}",
+                          field="fact_layer.units")
     if not isinstance(cfg.cache_dir, str) or not cfg.cache_dir.strip():
         raise ConfigError("cache_dir must be a folder path", field="fact_layer.cache_dir")
     return cfg

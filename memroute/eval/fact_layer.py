@@ -106,7 +106,7 @@ def build_fact_layer(
 ) -> tuple[FactStore, ExtractionStats]:
     """The run's fact store (``run_dir/facts.sqlite3``), from the cache or extracted now."""
     check_fact_layer_config(cfg)
-    schema = ExtractionSchema.from_config(fields)
+    schema = ExtractionSchema.from_config(fields, units=cfg.units)
     key = cache_key(conversations, backend.model_id, schema, cfg)
     cached = Path(cfg.cache_dir).expanduser() / key
     target = run_dir / STORE_FILE

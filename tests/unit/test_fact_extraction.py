@@ -75,7 +75,7 @@ def store(tmp_path):
 
 def test_default_schema_and_config():
     cfg = check_extraction_config(ExtractionConfig())
-    assert (cfg.threshold_tokens, cfg.max_tokens, cfg.retries) == (4000, 512, 1)
+    assert (cfg.threshold_tokens, cfg.max_tokens, cfg.retries) == (4000, 1024, 1)
     cats = {f.name: f.category for f in SCHEMA.fields}
     assert cats["user.name"] == cats["user.diet"] == "profile"
     assert cats["user.budget"] == cats["user.location"] == cats["user.partner"] == "temporal"
@@ -454,3 +454,12 @@ def test_a_failing_sink_propagates_after_the_facts_are_stored(store):
     with pytest.raises(RuntimeError):
         Extractor(mock(answer), SCHEMA, store, unit_sink=Sink(fail=True)).extract(USER, [turn(0, "a")])
     assert [f.value for f in store.active(USER, now=T0 + 60)] == ["a dog named Biscuit"]
+
+
+def test_a_facts_only_schema_asks_for_and_allows_no_units():
+    facts_only = ExtractionSchema.from_config(units=False)
+    js = json_schema(facts_only, 3)
+    assert set(js["properties"]) == {"facts"} and js["required"] == ["facts"]
+    prompt = extraction_prompt(facts_only, [turn(0, "I live in Lyon.")])
+    assert "units" not in prompt[0].content and "units" not in prompt[1].content
+    assert set(json_schema(SCHEMA, 3)["required"]) == {"facts", "units"}

@@ -94,9 +94,11 @@ class ExtractionField:
 
 @dataclass(frozen=True)
 class ExtractionSchema:
-    """A per-agent extraction schema: the fields, in prompt order (names unique)."""
+    """A per-agent extraction schema: the fields, in prompt order (names unique); ``units``:
+    whether the output also holds atomic context units (off: facts only, a shorter reply)."""
 
     fields: tuple[ExtractionField, ...]
+    units: bool = True
 
     def __post_init__(self) -> None:
         check_extraction_fields(
@@ -104,12 +106,13 @@ class ExtractionSchema:
              for f in self.fields], prefix="fields")
 
     @classmethod
-    def from_config(cls, fields: Sequence[Mapping[str, Any]] = DEFAULT_FIELDS) -> ExtractionSchema:
+    def from_config(cls, fields: Sequence[Mapping[str, Any]] = DEFAULT_FIELDS, *,
+                    units: bool = True) -> ExtractionSchema:
         """From config's ``[{field, category, description}, ...]`` (:class:`ConfigError`
         names a bad entry)."""
         checked = check_extraction_fields(fields)
         return cls(tuple(ExtractionField(f["field"], f["category"], f["description"])
-                         for f in checked))
+                         for f in checked), units=units)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -146,13 +149,12 @@ def json_schema(schema: ExtractionSchema, n_turns: int | None = None) -> dict[st
         "required": list(UNIT_KEYS),
         "additionalProperties": False,
     }
-    return {
-        "type": "object",
-        "properties": {"facts": {"type": "array", "items": item, "maxItems": MAX_FACTS},
-                       "units": {"type": "array", "items": unit, "maxItems": MAX_UNITS}},
-        "required": list(OUTPUT_KEYS),
-        "additionalProperties": False,
-    }
+    properties: dict[str, Any] = {"facts": {"type": "array", "items": item,
+                                            "maxItems": MAX_FACTS}}
+    if schema.units:
+        properties["units"] = {"type": "array", "items": unit, "maxItems": MAX_UNITS}
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
 
 
 def _iso(epoch_s: int | float) -> str:
@@ -163,8 +165,8 @@ def system_prompt(schema: ExtractionSchema) -> str:
     lines = [
         "You extract facts about the user from a conversation, for a personal assistant's "
         "memory. Answer with one JSON object and nothing else:",
-        '{"facts": [{"key": ..., "value": ..., "source": ..., "valid_from": ..., "turn": ...}],',
-        ' "units": [{"text": ..., "turn": ...}]}',
+        '{"facts": [{"key": ..., "value": ..., "source": ..., "valid_from": ..., "turn": ...}]'
+        + (',\n "units": [{"text": ..., "turn": ...}]}' if schema.units else "}"),
         "",
         "The keys you may use (one fact per key and value; skip keys the conversation does "
         "not mention):",
@@ -185,6 +187,10 @@ def system_prompt(schema: ExtractionSchema) -> str:
         "- When the user corrects or changes a value, give each value with its own turn; the "
         "later one replaces the earlier.",
         "- Only facts about the user (not the assistant's suggestions or general knowledge).",
+    ]
+    if not schema.units:
+        return "\n".join([*lines, '- Nothing to extract: {"facts": []}.'])
+    lines += [
         "",
         '"units": what the user said that is worth remembering, each as one short sentence that '
         "stands alone, read months later without the conversation:",
@@ -220,7 +226,7 @@ def extraction_prompt(
     return [
         Message("system", system_prompt(schema)),
         Message("user", f"Conversation:\n\n{conversation}\n\nExtract the facts about the user "
-                        "and the units as the JSON object."),
+                        + ("and the units " if schema.units else "") + "as the JSON object."),
     ]
 
 
