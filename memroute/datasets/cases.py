@@ -20,11 +20,14 @@ def locomo_cases(conversations: Iterable[Conversation]) -> tuple[list[TurnPair],
         records = turn_pairs(conv)
         pairs.extend(r.pair for r in records)
         session_of = {r.pair.id: r.pair.session_id for r in records}
+        # LoCoMo's questions come after the conversation: asked on its last session's date
+        asked = max((r.pair.session_time for r in records), default=None)
         for qa in conv.qa:
             gold = evidence_pair_ids(qa, records)
             if gold:
                 sessions = tuple(dict.fromkeys(session_of[g] for g in gold))
-                cases.append(RetrievalCase(conv.sample_id, qa.question, f"cat{qa.category}", gold, sessions))
+                cases.append(RetrievalCase(conv.sample_id, qa.question, f"cat{qa.category}", gold,
+                                           sessions, question_time=asked))
     return pairs, cases
 
 
@@ -45,5 +48,6 @@ def longmemeval_cases(
         # Pair session ids may carry a "#2" suffix for repeated sessions: score on the pair's own id.
         by_id = {r.pair.id: r.pair.session_id for r in records}
         sessions = tuple(dict.fromkeys(by_id[g] for g in gold)) or tuple(gold_session_ids(q))
-        cases.append(RetrievalCase(user, q.question, q.question_type, gold, sessions))
+        cases.append(RetrievalCase(user, q.question, q.question_type, gold, sessions,
+                                   question_time=q.question_date))
     return pairs, cases

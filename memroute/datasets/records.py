@@ -215,3 +215,4 @@ class RetrievalCase:
     group: str  # question type or LoCoMo category
     gold_pairs: tuple[int, ...]
     gold_sessions: tuple[str, ...]
+    question_time: int | None = None  # epoch seconds the question is asked at (relative dates)

@@ -88,7 +88,11 @@ def evaluate(
     for name, retriever in retriever_for.items():
         for lo in range(0, len(cases), batch_size):
             chunk = cases[lo : lo + batch_size]
-            ranked = retriever.retrieve_many([c.user_id for c in chunk], [c.query for c in chunk], top_k=depth)
+            times = [c.question_time for c in chunk]
+            # when each question is asked, for its relative dates ("last month"); else now
+            extra = {} if None in times else {"question_times": times}
+            ranked = retriever.retrieve_many([c.user_id for c in chunk], [c.query for c in chunk],
+                                             top_k=depth, **extra)
             for case, hits in zip(chunk, ranked):
                 rows.append({**(label or {}), "strategy": name, "group": case.group, **score_case(hits, case, ks)})
     return rows

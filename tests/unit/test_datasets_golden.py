@@ -165,7 +165,7 @@ def test_registry_conversations(name: str, tmp_path: Path) -> None:
     assert _digest(load_benchmark_set(cfg, tmp_path / "work")) == CONVERSATIONS[name]
 
 
-CASES = {"synthetic": "b32211116e30279137743a2131d476a7caace62087827b32a08da44033c188bf", "locomo": "9ec5a017d5a83230282d22406a2ed7f51d849e0a1d1d44c0a5715ec77f88b14c", "longmemeval": "b4c4fc690572f14d5f538e5a260e89ce86cc74813d5d56bf3fc1a932e3055035"}
+CASES = {"synthetic": "4dbc15f8eda35c1a9a0d336c759ae9431db605fd60e54b55998e544ff020693d", "locomo": "aabc45b0727ef217a272efdf629b9bf871abbe97e4882d3a4e1f32cb3066b447", "longmemeval": "4dae3ad3ab96996a3186940bf27050a7d438cf4f225282149a8fb354d7e24a69"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -183,4 +183,4 @@ def test_real_locomo() -> None:
     default = DatasetConfig(name="locomo", path=str(REAL_LOCOMO))
     assert _digest(dataset_turn_pairs(default, REAL_LOCOMO.parent)) == "36fae6827f3dd742e43132b20e35fe87c39c330d5e3c98b3f59c8e28b8d03c9d"
     assert _digest(load_benchmark_set(default, REAL_LOCOMO.parent)) == "9c1bb4b04b8e2af69cb38a3227e9e6b9dd0a250643c65e02b253e8bef836f9e0"
-    assert _digest(load_cases(default, REAL_LOCOMO.parent)) == "629abf74c038b12e840d50a7247f4867251bc12c61cbc2b0f549b7a2dca4ceb8"
+    assert _digest(load_cases(default, REAL_LOCOMO.parent)) == "b6b27b4b63c5c7d9ed55e15a4f7ac249f4e1390e292d6e98ef504e52708b0a80"
