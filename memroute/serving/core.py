@@ -53,6 +53,7 @@ from memroute.serving.erasure import (
     store_remover,
 )
 from memroute.serving.extraction_lane import ExtractionLane
+from memroute.serving.health_report import health_report
 from memroute.serving.memory_api import MemoryApi
 from memroute.serving.shadow import ShadowJudge
 from memroute.serving.tier_health import TierHealth
@@ -302,39 +303,9 @@ class ServingCore:
     # -- operations ----------------------------------------------------------------------------
 
     def health(self, *, probe_store: bool = False) -> dict[str, Any]:
-        """What an operator needs to know, and ``problems``: why it is not ready (empty when it
-        is). ``probe_store``: also call the store now (readiness; liveness does not)."""
-        j = self.journal.stats()
-        f = self.flusher.stats()
-        problems = []
-        if not self.flusher.running:
-            problems.append("the journal flusher is not running: acknowledged pairs are not stored")
-        if f.failing:
-            problems.append(f"store writes failing ({f.failing} in a row): {f.last_error}")
-        if j.pending > self.cfg.journal.ready_max_pending:
-            problems.append(f"journal backlog {j.pending} > journal.ready_max_pending "
-                            f"{self.cfg.journal.ready_max_pending}")
-        tier_status, tier_problems = self.tier_health.report()
-        problems.extend(tier_problems)
-        if probe_store and hasattr(self.store, "ping"):
-            try:
-                self.store.ping()
-            except Exception as exc:  # noqa: BLE001 - reported, not raised
-                problems.append(f"the store does not answer: {error_text(exc)}")
-        return {
-            "status": "degraded" if problems else "ok",
-            "problems": problems,
-            "tiers": [t.name for t in self.router.tiers],
-            "tier_status": tier_status,
-            "journal": {"pending": j.pending, "flushed": j.flushed, "failed": j.failed},
-            "flusher": {"running": self.flusher.running, "write_errors": f.write_errors,
-                        "failing": f.failing, "last_error": f.last_error,
-                        "last_error_at": f.last_error_at, "last_success_at": f.last_success_at},
-            "uptime_s": round(time.time() - self.started_at, 1),
-            **({"shadow": self.shadow.stats()} if self.shadow is not None else {}),
-            **({"extraction": self.extraction.stats()} if self.extraction is not None else {}),
-            **({"units": self.units.stats()} if self.units is not None else {}),
-        }
+        """What an operator needs to know, and ``problems``: why it is not ready (empty when
+        it is); ``probe_store``: also call the store now (readiness). See health_report."""
+        return health_report(self, probe_store=probe_store)
 
     def metrics(self) -> bytes:
         return render(self.registry)

@@ -151,3 +151,13 @@ def test_a_routed_chat_gets_the_current_facts_unless_turned_off(tmp_path, monkey
             assert "user.budget" not in system and injected == 0
     finally:
         core.close()
+
+
+def test_a_fact_database_that_fails_degrades_health_and_never_holds_up_stored_turns(core):
+    core.facts.close()  # every fact-store call now raises FactStoreError
+    health = core.health()
+    assert health["status"] == "degraded"
+    assert any(p.startswith("extraction cannot report") for p in health["problems"])
+    core.append_turns(ALICE, {"turns": [{"user": "I moved to Lyon.", "assistant": "Noted."}]})
+    assert core.drain(10)  # stored in the memory store all the same
+    assert core.journal.stats().pending == 0 and core.health()["fact_store_misses"] == 1
