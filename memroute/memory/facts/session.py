@@ -58,10 +58,17 @@ class RenderedFacts:
     text: str  # the facts part of the context block
 
     @cached_property
-    def encoded(self) -> str:
-        """``"profile":[...],"facts":[...]`` as JSON text, built once: at a thousand facts
+    def encoded(self) -> bytes:
+        """``"profile":[...],"facts":[...]`` as UTF-8 JSON, built once: at a thousand facts
         encoding costs more than the read (``SessionStart.to_json_bytes``)."""
-        return f'"profile":{_dumps(self.profile_json)},"facts":{_dumps(self.facts_json)}'
+        return (f'"profile":{_dumps(self.profile_json)},'
+                f'"facts":{_dumps(self.facts_json)}').encode()
+
+    @cached_property
+    def text_open(self) -> bytes:
+        """``text`` as a JSON string without its closing quote: JSON escapes character by
+        character, so the recent turns' part can be appended to it encoded on its own."""
+        return _dumps(self.text)[:-1].encode()
 
 
 def render_facts(active: Sequence[Fact]) -> RenderedFacts:
@@ -124,18 +131,24 @@ class SessionStart:
 
     def to_json_bytes(self) -> bytes:
         """:meth:`to_json` encoded as the HTTP body (compact UTF-8 JSON, as Starlette's
-        JSONResponse writes it), with the facts' part encoded once per snapshot."""
-        rest = _dumps(self._rest())
-        return ('{"object":"memory.session_start",' + self.rendered.encoded + ","
-                + rest[1:]).encode()
+        JSONResponse writes it); the facts' part (the lists and their context text) is encoded
+        once per snapshot, only the recent turns per call."""
+        r = self.rendered
+        turns = _turns_text(self.recent_turns)
+        tail = ("\n\n" if r.text and turns else "") + turns
+        return b"".join([
+            b'{"object":"memory.session_start",', r.encoded,
+            b',"recent_turns":', _dumps(self._turns_json()).encode(),
+            b',"context":', r.text_open, _dumps(tail)[1:].encode(),
+            b',"tools":', _dumps([self.tool]).encode(), b"}",
+        ])
+
+    def _turns_json(self) -> list[dict[str, Any]]:
+        return [{"id": str(m.id), "text": m.text, "session_time": m.session_time}
+                for m in self.recent_turns]
 
     def _rest(self) -> dict[str, Any]:
-        return {
-            "recent_turns": [{"id": str(m.id), "text": m.text, "session_time": m.session_time}
-                             for m in self.recent_turns],
-            "context": self.context,
-            "tools": [self.tool],
-        }
+        return {"recent_turns": self._turns_json(), "context": self.context, "tools": [self.tool]}
 
 
 def session_start(
