@@ -463,3 +463,10 @@ def test_a_facts_only_schema_asks_for_and_allows_no_units():
     prompt = extraction_prompt(facts_only, [turn(0, "I live in Lyon.")])
     assert "units" not in prompt[0].content and "units" not in prompt[1].content
     assert set(json_schema(SCHEMA, 3)["required"]) == {"facts", "units"}
+
+
+def test_the_constrained_output_is_bounded_by_the_turns_read():
+    from memroute.memory.facts.extraction_schema import FACTS_PER_TURN, MAX_FACTS
+
+    assert json_schema(SCHEMA, 3)["properties"]["facts"]["maxItems"] == 3 * FACTS_PER_TURN
+    assert json_schema(SCHEMA)["properties"]["facts"]["maxItems"] == MAX_FACTS

@@ -47,6 +47,7 @@ MAX_UNITS = 32  # per extraction output
 MAX_UNIT_CHARS = 300  # one sentence, not a summary
 MIN_UNIT_CHARS = 8  # shorter is no self-contained sentence ("Yes.")
 MAX_FACTS = 64  # per extraction output
+FACTS_PER_TURN = 2  # the constrained output's bound on facts per turn read
 MAX_OUTPUT_VALUE_CHARS = 300  # an extracted value is a short phrase, not a paragraph
 ASSISTANT_CHARS = 300  # assistant replies are clipped in the prompt: facts are the user's
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -149,8 +150,10 @@ def json_schema(schema: ExtractionSchema, n_turns: int | None = None) -> dict[st
         "required": list(UNIT_KEYS),
         "additionalProperties": False,
     }
-    properties: dict[str, Any] = {"facts": {"type": "array", "items": item,
-                                            "maxItems": MAX_FACTS}}
+    # A small model under a grammar can repeat items until the token budget runs out; two
+    # facts a turn is more than a conversation states and keeps the reply bounded.
+    most = MAX_FACTS if n_turns is None else max(1, min(MAX_FACTS, FACTS_PER_TURN * int(n_turns)))
+    properties: dict[str, Any] = {"facts": {"type": "array", "items": item, "maxItems": most}}
     if schema.units:
         properties["units"] = {"type": "array", "items": unit, "maxItems": MAX_UNITS}
     return {"type": "object", "properties": properties, "required": list(properties),
