@@ -81,10 +81,10 @@ class ExtractionLane:
             return
         if result.skipped_reason is not None:
             self.skipped += 1
-        self.queue.remove(user_id, [t.id for t in turns])
         self.facts_written += result.facts_written
         self.units_written += result.units_written
         self.units_suppressed += result.units_suppressed
+        self.queue.remove(user_id, [t.id for t in turns])
 
     def pending_tokens(self, user_id: str) -> int:
         return self.queue.pending_tokens(user_id)
