@@ -97,6 +97,8 @@ def embed_batch(
 ) -> np.ndarray:
     """Query vectors for ``queries``, embedding the uncached ``pending`` texts in the same batch."""
     new = cache.missing(pending)
+    if not queries and not new:
+        return np.zeros((0, encoder.dim), dtype=np.float32)
     vectors = encoder.encode([*queries, *(m.text for m in new)])
     if new:
         cache.put(new, vectors[len(queries) :])

@@ -138,9 +138,18 @@ class JournaledRetriever:
     def retrieve(self, user_id: str, query: str, *, top_k: int | None = None) -> list[RetrievalHit]:
         return self.retrieve_many([user_id], [query], top_k=top_k)[0]
 
+    def dense_queries(self, user_ids: Sequence[str], queries: Sequence[str]) -> list[str]:
+        """The texts the wrapped retriever embeds for ``queries`` (the queries themselves when
+        it does not say): a caller that embeds them passes the rows back as ``vectors=``."""
+        dense = getattr(self.retriever, "dense_queries", None)
+        return list(dense(user_ids, queries)) if dense is not None else list(queries)
+
     def retrieve_many(
-        self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None
+        self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None,
+        vectors: np.ndarray | None = None,
     ) -> list[list[RetrievalHit]]:
+        """``vectors``: the rows of :meth:`dense_queries`, embedded by the caller already (the
+        memory search shares its query embedding); the pending texts are embedded here."""
         if isinstance(user_ids, str):
             raise InvalidRequest("user_ids must be a list", field="user_ids")
         # The journal snapshot is taken before the store is read (see the module doc).
@@ -149,8 +158,13 @@ class JournaledRetriever:
             for uid in dict.fromkeys(user_ids)
         }
         k = self.default_top_k if top_k is None else top_k
+        shared = hasattr(self.retriever, "dense_queries")
+        given = {"vectors": vectors} if shared and vectors is not None else {}
+        if vectors is not None and len(vectors) != len(user_ids):
+            raise InvalidRequest(f"{len(vectors)} vectors for {len(user_ids)} queries",
+                                 field="vectors")
         if self.cfg is None or not any(snapshot.values()):
-            all_hits = self.retriever.retrieve_many(user_ids, queries, top_k=top_k)
+            all_hits = self.retriever.retrieve_many(user_ids, queries, top_k=top_k, **given)
             return [
                 merge_pending(q, hits, snapshot[uid], top_k=k, max_pending=self.max_pending)
                 for uid, q, hits in zip(user_ids, queries, all_hits)
@@ -160,14 +174,18 @@ class JournaledRetriever:
         user_ids, queries = list(user_ids), list(queries)
         pending = {uid: [pending_memory(e.pair) for e in es] for uid, es in snapshot.items()}
         stats = {uid: self._stats(uid) for uid in pending if pending[uid]}
-        vectors, shared = None, hasattr(self.retriever, "dense_queries")
         if self.cfg.strategy != "bm25":
-            # One encoder call: every query (the store search takes them too, when it can) and
-            # the pending texts not embedded yet.
+            # One encoder call: every query not embedded by the caller (the store search takes
+            # them too, when it can) and the pending texts not embedded yet.
             assert self.encoder is not None
             to_embed = [m for uid in stats for m in pending[uid][-PENDING_EMBED:]]
-            dense = self.retriever.dense_queries(user_ids, queries) if shared else queries
-            vectors = embed_batch(self.encoder, self.vectors, dense, to_embed)
+            if vectors is not None and shared:
+                embed_batch(self.encoder, self.vectors, [], to_embed)
+            else:
+                vectors = embed_batch(self.encoder, self.vectors,
+                                      self.dense_queries(user_ids, queries), to_embed)
+        else:
+            vectors = None
         # The fusion pool: the store's candidates, not only its top_k.
         all_hits = self.retriever.retrieve_many(
             user_ids, queries, top_k=max(k, self.cfg.candidate_k),

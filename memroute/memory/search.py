@@ -61,8 +61,8 @@ class ActiveFacts(Protocol):
 
 
 class TurnRetriever(Protocol):
-    """A HybridRetriever (its ``dense_queries`` and ``vectors=`` then share the query's
-    embedding) or the journaled one (read-your-writes; it embeds the query itself)."""
+    """A HybridRetriever or the journaled one (read-your-writes): with ``dense_queries`` and
+    ``vectors=`` both share the search's one query embedding."""
 
     def retrieve_many(self, user_ids: Sequence[str], queries: Sequence[str], *,
                       top_k: int | None = None) -> list[list[RetrievalHit]]: ...

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -157,20 +157,20 @@ class UnitIndex:
     def erase_user(self, user_id: str) -> int:
         """Delete every unit of ``user_id`` and its cached BM25 index; returns rows deleted."""
         uid = validate_user_id(user_id)
-        with self._lock:
-            n = self.store.delete_user(uid)
-            self.store.flush()
-            if self.retriever is not None:
-                self.retriever.forget_user(uid)
-        return int(n)
+        return self._erase(lambda: self.store.delete_user(uid),
+                           lambda r: r.forget_user(uid))
 
     def erase_tenant(self, tenant: str) -> int:
         validate_tenant(tenant)
+        return self._erase(lambda: self.store.delete_tenant(tenant),
+                           lambda r: r.forget_tenant(tenant))
+
+    def _erase(self, delete: Callable[[], int], forget: Callable[[Any], object]) -> int:
         with self._lock:
-            n = self.store.delete_tenant(tenant)
+            n = delete()
             self.store.flush()
             if self.retriever is not None:
-                self.retriever.forget_tenant(tenant)
+                forget(self.retriever)
         return int(n)
 
     def stats(self) -> dict[str, int]:

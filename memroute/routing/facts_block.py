@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from memroute.errors import ConfigError
-from memroute.memory.facts.session import _fact_line, context_block
+from memroute.memory.facts.session import fact_line, context_block
 from memroute.memory.facts.types import ACTIVE, INFERRED, Fact
 from memroute.routing.prompt import MEMORY_HEADER
 from memroute.types import format_session_date
@@ -100,10 +100,10 @@ def select_facts(
     ranked = sorted(facts, key=lambda f: (f.source == INFERRED, -f.valid_from, f.key))
     # the headers: the block's own, and the asserted / inferred ones of context_block
     used = count_text_tokens(render_facts_block(ranked[:1], as_of)) - count_text_tokens(
-        _fact_line(ranked[0]))
+        fact_line(ranked[0]))
     chosen: list[Fact] = []
     for f in ranked:
-        cost = count_text_tokens(_fact_line(f)) + 1  # +1 for the joining newline
+        cost = count_text_tokens(fact_line(f)) + 1  # +1 for the joining newline
         if used + cost <= budget_tokens:
             chosen.append(f)
             used += cost

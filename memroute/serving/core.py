@@ -163,10 +163,12 @@ class ServingCore:
         """Session start's recent turns and the extraction queue (counted now, extracted on the
         lane's own thread). Best effort: the pairs are stored already, and a fact database
         that is down must not hold up memory writes (a missed pair is logged)."""
+        keep = self.cfg.facts.recent_turns
         try:
-            self.facts.record_turns(list(pairs), keep=self.cfg.facts.recent_turns)
-            if self.extraction is not None:
-                self.extraction.observe(pairs)
+            if self.extraction is not None:  # queued and recorded in one transaction
+                self.extraction.observe(pairs, recent_keep=keep)
+            else:
+                self.facts.record_turns(list(pairs), keep=keep)
         except Exception:  # noqa: BLE001
             self.fact_store_misses += len(pairs)
             log.exception("the fact store could not note %d stored turn-pairs", len(pairs))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -28,12 +29,13 @@ from memroute.memory.facts.queue import ExtractionQueue
 from memroute.types import TurnPair
 
 log = logging.getLogger(__name__)
+QUEUE_STATS_S = 5.0  # /healthz reads the queue's user count at most this often (a DB query)
 
 
 class ExtractionLane:
     def __init__(
         self, extractor: Any, *, queue: ExtractionQueue, threshold_tokens: int,
-        count_text_tokens: Callable[[str], int],
+        count_text_tokens: Callable[[str], int], clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.extractor = extractor
         self.queue = queue
@@ -44,13 +46,17 @@ class ExtractionLane:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="extraction")
         self.runs = self.facts_written = self.skipped = self.failed = 0
         self.units_written = self.units_suppressed = 0
+        self._clock = clock
+        self._queued: tuple[float, int] | None = None  # (clock at the read, users queued)
 
-    def observe(self, pairs: Sequence[TurnPair]) -> list[Future[Any]]:
-        """Queue ``pairs``; start an extraction for each user now past the threshold."""
+    def observe(self, pairs: Sequence[TurnPair], *, recent_keep: int = 0) -> list[Future[Any]]:
+        """Queue ``pairs`` (and, ``recent_keep`` > 0, record them as recent turns in the same
+        transaction); start an extraction for each user now past the threshold."""
         if not pairs:
             return []
         tokens = [self.count(f"{p.user_text}\n{p.assistant_text}") for p in pairs]
-        totals = self.queue.enqueue(pairs, tokens)  # a pair queued already is not counted again
+        # a pair queued already is not counted again
+        totals = self.queue.enqueue(pairs, tokens, recent_keep=recent_keep)
         return self._start([u for u, n in totals.items() if needs_extraction(n, self.threshold)])
 
     def recover(self) -> list[Future[Any]]:
@@ -89,9 +95,17 @@ class ExtractionLane:
     def pending_tokens(self, user_id: str) -> int:
         return self.queue.pending_tokens(user_id)
 
+    def users_queued(self) -> int:
+        """Users with turns queued (on every replica), read from the fact database at most
+        every ``QUEUE_STATS_S``: health checks come often and must stay cheap."""
+        now = self._clock()
+        if self._queued is None or now - self._queued[0] >= QUEUE_STATS_S:
+            self._queued = (now, int(self.queue.stats()["users_queued"]))
+        return self._queued[1]
+
     def stats(self) -> dict[str, int]:
         return {"runs": self.runs, "facts_written": self.facts_written, "skipped": self.skipped,
-                "failed": self.failed, "users_queued": self.queue.stats()["users_queued"],
+                "failed": self.failed, "users_queued": self.users_queued(),
                 "units_written": self.units_written, "units_suppressed": self.units_suppressed}
 
     def close(self, wait: bool = True) -> None:

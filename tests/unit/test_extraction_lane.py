@@ -152,3 +152,43 @@ def test_a_stated_fact_reaches_the_fact_store_through_the_served_path(tmp_path, 
     assert (fact.key, fact.value, fact.source) == ("user.budget", "80 dollars a day", "explicit")
     assert core.health()["extraction"]["facts_written"] == 1
     core.close()
+
+
+def test_health_stats_read_the_queue_at_most_every_few_seconds(stores, monkeypatch):
+    """/healthz calls ``stats()`` often; the user count is a fact-database query."""
+    from memroute.serving.extraction_lane import QUEUE_STATS_S
+
+    store = stores()
+    clock = [100.0]
+    lane = ExtractionLane(SlowExtractor(), queue=store.queue, threshold_tokens=1000,
+                          count_text_tokens=words, clock=lambda: clock[0])
+    reads = []
+    real = store.queue.stats
+    monkeypatch.setattr(store.queue, "stats", lambda: reads.append(1) or real())
+    lane.observe([pair("a", 0)])
+    assert lane.stats()["users_queued"] == 1
+    lane.observe([pair("b", 0)])
+    assert lane.stats()["users_queued"] == 1 and len(reads) == 1  # within the interval: cached
+    clock[0] += QUEUE_STATS_S
+    assert lane.stats()["users_queued"] == 2 and len(reads) == 2
+    lane.close()
+
+
+def test_queueing_records_the_recent_turns_in_the_same_transaction(stores, monkeypatch):
+    store = stores()
+    lane = lane_on(store, SlowExtractor(), threshold=1000)
+    writes = []
+    real = store.transaction
+
+    def counted(what, *, write):
+        writes.append(what) if write else None
+        return real(what, write=write)
+
+    monkeypatch.setattr(store, "transaction", counted)
+    lane.queue = store.queue.__class__(store.transaction)
+    lane.observe([pair("a", i, f"turn {i}") for i in range(3)], recent_keep=2)
+    assert writes == ["queue turns for extraction"]  # one transaction for both
+    assert ["turn 1" in m.text for m in store.recent_turns("a", 5)] == [True, False]
+    assert ["turn 2" in m.text for m in store.recent_turns("a", 5)] == [False, True]
+    assert store.queue.pending_tokens("a") == 3 * 3  # "turn i" + "Noted." in words
+    lane.close()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from memroute.config.schema import RetrievalConfig
+from memroute.errors import InvalidRequest
 from memroute.journal import Flusher, Journal, JournaledRetriever, merge_pending
 from memroute.journal.pending_scoring import VectorCache, recency_slot
 from memroute.retrieval.retriever import HybridRetriever
@@ -189,6 +190,22 @@ def test_each_pending_pair_is_embedded_once_and_nothing_pending_changes_nothing(
     assert sorted(pair_texts) == sorted(p.text() for p in facts)  # once each, not per query
     assert len(encoder.texts) - len(pair_texts) == 3 * 2  # each query once per call, not twice
     assert served.vectors.embedded == 2
+
+
+def test_query_vectors_from_the_caller_are_not_embedded_again(setup):
+    """The memory search embeds the query once and passes the rows on (``vectors=``)."""
+    _, _, served, encoder = setup
+    fact = pair("I am vegetarian now.", 1)
+    served.remember([fact])
+    query = "What are my current dietary restrictions?"
+    expected = ids(served.retrieve("alice", query))
+    vectors = encoder.encode(served.dense_queries(["alice"], [query]))
+    encoder.texts.clear()
+    hits = served.retrieve_many(["alice"], [query], vectors=vectors)[0]
+    assert ids(hits) == expected and hits[0].memory.id == fact.id
+    assert encoder.texts == []  # the pending pair's vector was cached by the first call
+    with pytest.raises(InvalidRequest, match="2 vectors for 1 queries"):
+        served.retrieve_many(["alice"], [query], vectors=np.vstack([vectors, vectors]))
 
 
 def test_vector_cache_is_bounded_and_keyed_by_text():

@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from memroute.memory.facts import recent
 from memroute.memory.facts.schema import extraction_queue
 from memroute.types import TurnPair, validate_user_id
 
@@ -37,9 +38,13 @@ class ExtractionQueue:
     def __init__(self, transaction: Transaction) -> None:
         self._tx = transaction  # FactStore.transaction(what, write=...)
 
-    def enqueue(self, pairs: Sequence[TurnPair], tokens: Sequence[int]) -> dict[str, int]:
+    def enqueue(
+        self, pairs: Sequence[TurnPair], tokens: Sequence[int], *, recent_keep: int = 0
+    ) -> dict[str, int]:
         """Queue ``pairs`` (``tokens[i]`` tokens each; a pair queued already keeps its row) and
-        return each of their users' queued token total."""
+        return each of their users' queued token total. ``recent_keep`` > 0: in the same
+        transaction, record them as their users' newest turns too (``FactStore.record_turns``),
+        so the flusher's batch costs the fact database one transaction."""
         if len(pairs) != len(tokens):
             raise ValueError("one token count per pair")
         rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -62,6 +67,8 @@ class ExtractionQueue:
             new = [r for k, r in rows.items() if k not in known]
             if new:
                 conn.execute(sa.insert(extraction_queue), new)
+            if recent_keep > 0:
+                recent.record(conn, pairs, recent_keep)
             return self._totals(conn, users)
 
     def pending_tokens(self, user_id: str) -> int:

@@ -177,10 +177,10 @@ def _facts_text(active: Sequence[Fact]) -> str:
     parts = []
     if asserted:
         parts.append("What the user has told you (current values):\n"
-                     + "\n".join(_fact_line(f) for f in asserted))
+                     + "\n".join(fact_line(f) for f in asserted))
     if inferred:
         parts.append("Possibly true (inferred, not confirmed by the user):\n"
-                     + "\n".join(_fact_line(f) for f in inferred))
+                     + "\n".join(fact_line(f) for f in inferred))
     return "\n\n".join(parts)
 
 
@@ -198,7 +198,8 @@ def _join(*parts: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def _fact_line(f: Fact) -> str:
+def fact_line(f: Fact) -> str:
+    """One fact as a line of the context block (the router's facts block counts these)."""
     return f"- {f.key}: {f.value} (since {format_session_date(int(f.valid_from))})"
 
 
