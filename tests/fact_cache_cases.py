@@ -126,3 +126,42 @@ class FactCacheCases:
         store.queue.enqueue([pair(ALICE, 0, 100), pair(CAROL, 0, 100)], [5, 5])
         assert store.erase_user(ALICE) == 1
         assert store.queue.queued(ALICE) == [] and store.queue.pending_tokens(CAROL) == 5
+
+    def test_an_extraction_running_while_its_user_is_erased_writes_nothing(self, make_store):
+        """The model call takes seconds to minutes; an erasure meanwhile must stay an erasure.
+        Another replica erases the user (then, in a second run, the tenant) during the call."""
+        import json
+
+        from memroute.llm.mock_backend import MockBackend
+        from memroute.memory.facts.extraction import ERASED, ExtractionSchema, Extractor
+
+        store, other = make_store(), make_store()
+        answer = json.dumps({"facts": [{"key": "user.budget", "value": "80", "source": "explicit",
+                                        "valid_from": None, "turn": 0}]})
+
+        class ErasingBackend(MockBackend):
+            erase = None
+
+            def generate(self, *args, **kwargs):
+                if self.erase is not None:
+                    self.erase()
+                return super().generate(*args, **kwargs)
+
+        backend = ErasingBackend("m", answer=answer.replace("{", "{{").replace("}", "}}"))
+        extractor = Extractor(backend, ExtractionSchema.from_config(units=False), store)
+        turns = [pair(ALICE, 0, 100, "My budget is 80.")]
+        for erase in (lambda: other.erase_user(ALICE),
+                      lambda: other.erase_tenant(ALICE.split(":")[0])):
+            backend.erase = erase
+            result = extractor.extract(ALICE, turns)
+            assert (result.skipped_reason, result.facts_written) == (ERASED, 0)
+            assert store.timeline(ALICE, "user.budget") == []
+        backend.erase = None  # a run that starts after the erasure writes as usual
+        assert extractor.extract(ALICE, turns).facts_written == 1
+        assert [f.value for f in other.active(ALICE)] == ["80"]
+        # an erasure of someone else does not stop this user's run
+        backend.erase = lambda: other.erase_user(BOB)
+        mark = store.erasure_mark()
+        assert store.erased_since(ALICE, mark) is False
+        assert extractor.extract(ALICE, [pair(ALICE, 1, 200, "Now 90.")]).skipped_reason is None
+        assert store.erased_since(BOB, mark) is True and store.erased_since(ALICE, mark) is False

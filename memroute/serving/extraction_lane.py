@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from memroute.memory.facts.extraction import LOCKED, needs_extraction
+from memroute.memory.facts.extraction import ERASED, LOCKED, needs_extraction
 from memroute.memory.facts.queue import ExtractionQueue
 from memroute.types import TurnPair
 
@@ -71,8 +71,9 @@ class ExtractionLane:
 
     def _run(self, user_id: str) -> None:
         try:
-            turns = self.queue.queued(user_id)
-            result = self.extractor.extract(user_id, turns) if turns else None
+            # the mark first: an erasure after it makes the run's writes refused
+            mark, turns = self.queue.snapshot(user_id)
+            result = self.extractor.extract(user_id, turns, erasure_mark=mark) if turns else None
         except Exception:  # noqa: BLE001 - the lane must outlive one failed run
             log.exception("fact extraction failed for a user; its turns stay queued")
             self.failed += 1
@@ -83,7 +84,7 @@ class ExtractionLane:
         if result is None:
             return
         self.runs += 1
-        if result.skipped_reason == LOCKED:  # another process is extracting this user now
+        if result.skipped_reason in (LOCKED, ERASED):  # another run has it, or it is gone
             return
         if result.skipped_reason is not None:
             self.skipped += 1

@@ -31,7 +31,7 @@ class SlowExtractor:
         self.calls, self.reason, self.delay = [], reason, delay
         self.started = threading.Event()
 
-    def extract(self, user_id, turns):
+    def extract(self, user_id, turns, erasure_mark=None):
         self.started.set()
         self.calls.append((user_id, [t.turn_index for t in turns]))
         time.sleep(self.delay)
@@ -98,7 +98,7 @@ def test_invalid_output_drops_the_turns_and_a_failed_run_keeps_them(stores):
     assert lane.pending_tokens("u") == 0 and lane.stats()["skipped"] == 1
 
     class Broken:
-        def extract(self, user_id, turns):
+        def extract(self, user_id, turns, erasure_mark=None):
             raise RuntimeError("engine down")
 
     broken = lane_on(store, Broken())

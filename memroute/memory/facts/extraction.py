@@ -43,7 +43,7 @@ from memroute.memory.facts.extraction_schema import (
     retry_prompt,
 )
 from memroute.memory.facts.store import FactStore
-from memroute.memory.facts.types import Fact
+from memroute.memory.facts.types import Fact, UserErased
 from memroute.types import TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 LOCKED = "locked"  # another extraction holds the user's lock
 INVALID_OUTPUT = "invalid_output"  # every attempt's output was refused; nothing stored
 NO_TURNS = "no_turns"
+ERASED = "erased"  # the user was erased while the run read or extracted; nothing more written
 
 
 def needs_extraction(unextracted_tokens: int, threshold: int = ExtractionConfig.threshold_tokens
@@ -113,8 +114,13 @@ class Extractor:
         return cls(backend, ExtractionSchema.from_config(cfg.fields), store,
                    max_tokens=cfg.max_tokens, retries=cfg.retries, unit_sink=unit_sink)
 
-    def extract(self, user_id: str, turns: Sequence[TurnPair]) -> ExtractionResult:
-        """Extract and store the facts of ``turns`` (one user's, in conversation order)."""
+    def extract(
+        self, user_id: str, turns: Sequence[TurnPair], *, erasure_mark: int | None = None
+    ) -> ExtractionResult:
+        """Extract and store the facts of ``turns`` (one user's, in conversation order).
+        ``erasure_mark``: the store's :meth:`~FactStore.erasure_mark` from before ``turns``
+        were read (taken now if not given); if the user is erased after it, the run stops
+        writing (``ERASED``)."""
         uid = validate_user_id(user_id)
         turns = list(turns)
         for t in turns:
@@ -123,13 +129,14 @@ class Extractor:
                                      "user", field="turns")
         if not turns:
             return ExtractionResult(0, 0, NO_TURNS)
+        mark = self.store.erasure_mark() if erasure_mark is None else erasure_mark
         with self.store.user_lock(uid) as got:
             if not got:
                 log.info("fact extraction for %s skipped: another run holds its lock", uid)
                 return ExtractionResult(0, 0, LOCKED)
-            return self._locked_extract(uid, turns)
+            return self._locked_extract(uid, turns, mark)
 
-    def _locked_extract(self, uid: str, turns: list[TurnPair]) -> ExtractionResult:
+    def _locked_extract(self, uid: str, turns: list[TurnPair], mark: int) -> ExtractionResult:
         options = GenerationOptions(json_schema=json_schema(self.schema, len(turns)))
         messages = extraction_prompt(self.schema, turns)
         error, latency = "", 0.0
@@ -149,7 +156,14 @@ class Extractor:
             # conversation order (stable): a later turn's value supersedes an earlier one's
             order = {t.id: i for i, t in enumerate(turns)}
             facts = sorted(parsed.facts, key=lambda f: order[f.turn_id])
-            stored = tuple(self.store.assert_fact(uid, f) for f in facts)
+            try:
+                stored = tuple(self.store.assert_fact(uid, f, unless_erased_after=mark)
+                               for f in facts)
+                if parsed.units and self.store.erased_since(uid, mark):
+                    raise UserErased("erased before the units were written")
+            except UserErased:
+                log.info("fact extraction for %s stopped: the user was erased meanwhile", uid)
+                return ExtractionResult(0, attempt, ERASED, latency_s=latency)
             written = suppressed = 0
             if self.unit_sink is not None and parsed.units:
                 report = self.unit_sink.add(uid, parsed.units)
@@ -164,6 +178,7 @@ class Extractor:
 
 
 __all__ = [
+    "ERASED",
     "INVALID_OUTPUT",
     "LOCKED",
     "NO_TURNS",

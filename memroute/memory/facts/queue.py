@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from memroute.memory.facts import recent
+from memroute.memory.facts import erasures, recent
 from memroute.memory.facts.schema import extraction_queue
 from memroute.types import TurnPair, validate_user_id
 
@@ -78,11 +78,17 @@ class ExtractionQueue:
 
     def queued(self, user_id: str) -> list[TurnPair]:
         """The user's queued turns in conversation order."""
+        return self.snapshot(user_id)[1]
+
+    def snapshot(self, user_id: str) -> tuple[int, list[TurnPair]]:
+        """The erasure mark (:mod:`.erasures`) and the user's queued turns, read together:
+        what an extraction run starts from."""
         uid = validate_user_id(user_id)
         with self._tx("read the extraction queue", write=False) as conn:
+            mark = erasures.mark(conn)
             rows = conn.execute(sa.select(_q.pair).where(_q.user_id == uid)
                                 .order_by(_q.session_time, _q.created_at, _q.turn_id)).all()
-        return [TurnPair(**json.loads(r.pair)) for r in rows]
+        return mark, [TurnPair(**json.loads(r.pair)) for r in rows]
 
     def remove(self, user_id: str, turn_ids: Iterable[int]) -> int:
         """Take the turns an extraction run read off the queue; the number removed."""

@@ -15,6 +15,10 @@ Tables:
 - ``recent_turns``: the newest turn-pairs of each user (``facts.recent_turns`` of them), written
   by the background lane, so session start reads them with one indexed ``LIMIT`` query instead
   of listing the user's memories in the vector store.
+- ``erasures``: one row per erasure of a user or a tenant, holding only a digest of the id
+  (no identifier outlives the erasure). An extraction notes the newest row before it reads its
+  turns and refuses to write if a row for its user came after: a run that was reading while
+  the user was erased cannot bring facts back (:mod:`memroute.memory.facts.erasures`).
 - ``extraction_queue``: turn-pairs stored but not yet extracted, with their token counts: the
   background lane's durable, shared work list (:mod:`memroute.memory.facts.queue`). Every
   replica enqueues here, so a user's threshold counts all their turns whichever replica
@@ -147,6 +151,16 @@ recent_turns = sa.Table(
 sa.Index("recent_turns_order", recent_turns.c.user_id, recent_turns.c.session_time,
          recent_turns.c.created_at)
 
+erasures = sa.Table(
+    "erasures",
+    metadata,
+    sa.Column("id", _ID, sa.Identity(), primary_key=True),
+    sa.Column("digest", sa.String(64), nullable=False),  # sha256 of the user id or tenant
+    sa.Column("erased_at", sa.Double(), nullable=False),
+    sqlite_autoincrement=True,
+)
+sa.Index("erasures_digest", erasures.c.digest, erasures.c.id)
+
 extraction_queue = sa.Table(
     "extraction_queue",
     metadata,
@@ -224,7 +238,7 @@ def _sqlite_engine(url: str, busy_timeout_s: float, pool_size: int) -> Engine:
 def create_schema(write_engine: Engine, backend: str) -> None:
     """Create what is missing (idempotent, safe when several stores start at once) and check
     that an existing ``facts`` table is ours."""
-    tables = [facts, fact_versions, recent_turns, extraction_queue]
+    tables = [facts, fact_versions, recent_turns, extraction_queue, erasures]
     if backend == "sqlite":
         tables.append(fact_locks)
     with write_engine.begin() as conn:

@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from memroute.config.facts import FactsConfig, check_facts_config, facts_backend
 from memroute.errors import ConfigError, InvalidRequest, NotFound
-from memroute.memory.facts import recent, versions
+from memroute.memory.facts import erasures, recent, versions
 from memroute.memory.facts.locks import AdvisoryLocks, LeaseLocks, fact_key_lock
 from memroute.memory.facts.queue import ExtractionQueue
 from memroute.memory.facts.schema import (
@@ -65,6 +65,7 @@ from memroute.memory.facts.types import (
     Fact,
     FactInput,
     FactStoreError,
+    UserErased,
     check_fact_id,
     check_fact_input,
     check_key,
@@ -206,14 +207,21 @@ class FactStore:
 
     # -- facts ------------------------------------------------------------------------------
 
-    def assert_fact(self, user_id: str, fact: FactInput, *, now: float | None = None) -> Fact:
+    def assert_fact(
+        self, user_id: str, fact: FactInput, *, now: float | None = None,
+        unless_erased_after: int | None = None,
+    ) -> Fact:
         """Record ``fact`` for ``user_id`` at ``now`` (transaction time) and return the active
-        fact of its key afterwards: the new row, or the existing one for a restatement."""
+        fact of its key afterwards: the new row, or the existing one for a restatement.
+        ``unless_erased_after``: an :meth:`erasure_mark`; :class:`UserErased` (nothing
+        written) if the user or its tenant was erased since (an extraction's writes)."""
         uid = validate_user_id(user_id)
         new = check_fact_input(fact)
         at = self._now(now)
         valid_from = at if new.valid_from is None else float(new.valid_from)
         with self._tx("assert a fact", write=True) as conn:
+            if unless_erased_after is not None:
+                self._refuse_if_erased(conn, uid, unless_erased_after)
             self._lock_key(conn, uid, new.key)
             row = conn.execute(self._for_update(
                 sa.select(*FACT_COLUMNS).where(_c.user_id == uid, _c.key == new.key, IS_ACTIVE)
@@ -375,7 +383,7 @@ class FactStore:
         """Delete every fact of ``user_id`` (GDPR erasure); the number of rows removed."""
         uid = validate_user_id(user_id)
         self.cache.drop(uid)
-        return self._erase(lambda col: col == uid)
+        return self._erase(lambda col: col == uid, erasures.user_scope(uid))
 
     def erase_tenant(self, tenant: str) -> int:
         """Delete every fact of every user ``tenant:*``; the number of rows removed."""
@@ -389,13 +397,18 @@ class FactStore:
                            sa.func.substr(col, 1, len(prefix)) == prefix)
 
         self.cache.drop_prefix(prefix)
-        return self._erase(of_tenant)
+        return self._erase(of_tenant, erasures.tenant_scope(tenant))
 
-    def _erase(self, of: Callable[[sa.ColumnElement[str]], sa.ColumnElement[bool]]) -> int:
-        """Delete the facts, version rows and recent turns whose user ``of`` selects; the
-        number of fact and turn rows removed."""
+    def _erase(
+        self, of: Callable[[sa.ColumnElement[str]], sa.ColumnElement[bool]], scope: str
+    ) -> int:
+        """Delete the facts, version rows and recent turns whose user ``of`` selects, and note
+        the erasure of ``scope`` (:mod:`.erasures`); the number of fact and turn rows removed."""
         now = float(self._clock())
         with self._tx("erase facts", write=True) as conn:
+            if self.backend == "postgresql":
+                erasures.lock_for_erasure(conn, [scope])
+            erasures.record(conn, scope, now)
             removed = conn.execute(sa.delete(facts).where(of(_c.user_id))).rowcount
             for table in (recent_turns, extraction_queue):
                 removed += conn.execute(sa.delete(table).where(of(table.c.user_id))).rowcount
@@ -404,6 +417,25 @@ class FactStore:
                 conn.execute(sa.delete(fact_locks).where(of(fact_locks.c.user_id),
                                                          fact_locks.c.expires_at <= now))
         return int(removed)
+
+    def erasure_mark(self) -> int:
+        """The newest erasure's number: an extraction takes it before reading its turns and
+        passes it to its writes (``unless_erased_after``)."""
+        with self._tx("read the erasure mark", write=False) as conn:
+            return erasures.mark(conn)
+
+    def erased_since(self, user_id: str, mark: int) -> bool:
+        """Whether ``user_id`` or its tenant was erased after ``mark``."""
+        uid = validate_user_id(user_id)
+        with self._tx("read erasures", write=False) as conn:
+            return erasures.erased_since(conn, uid, mark)
+
+    def _refuse_if_erased(self, conn: Connection, uid: str, mark: int) -> None:
+        if self.backend == "postgresql":  # held to commit: an erasure waits for this write
+            erasures.lock_for_write(conn, uid)
+        if erasures.erased_since(conn, uid, mark):
+            raise UserErased(f"user {uid[:40]!r} was erased while this extraction ran; "
+                             "its facts are not written", field="user_id")
 
     # memroute.serving.erasure's UserCache protocol: the store can be one of its `caches`.
     forget_user = erase_user

@@ -37,6 +37,13 @@ class FactStoreError(MemrouteError):
     code = "fact_store_error"
 
 
+class UserErased(MemrouteError):
+    """The user (or tenant) was erased after a write began to be prepared: nothing written."""
+
+    status = 409
+    code = "user_erased"
+
+
 @dataclass(frozen=True)
 class FactInput:
     """One extracted fact. ``valid_from`` is world time (when it became true: from the
@@ -156,6 +163,7 @@ __all__ = [
     "Fact",
     "FactInput",
     "FactStoreError",
+    "UserErased",
     "check_fact_id",
     "check_fact_input",
     "check_key",
