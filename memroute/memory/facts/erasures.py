@@ -16,12 +16,20 @@ the check commits before the erasure deletes, or sees its row. SQLite has one wr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from memroute.memory.facts.schema import erasures
+from memroute.memory.facts.schema import (
+    erasures,
+    extraction_queue,
+    fact_locks,
+    fact_versions,
+    facts,
+    recent_turns,
+)
+from memroute.memory.facts.types import UserErased
 from memroute.namespace import SEPARATOR
 
 _e = erasures.c
@@ -62,6 +70,35 @@ def erased_since(conn: Connection, user_id: str, since: int) -> bool:
     row = conn.execute(sa.select(_e.id).where(_e.digest.in_(digests), _e.id > since)
                        .limit(1)).first()
     return row is not None
+
+
+def erase(
+    conn: Connection, of: Callable[[sa.ColumnElement[str]], sa.ColumnElement[bool]], scope: str,
+    *, backend: str, now: float,
+) -> int:
+    """Delete the facts, version rows, recent turns and queued turns of the users ``of``
+    selects and note the erasure of ``scope``; the number of fact and turn rows removed."""
+    if backend == "postgresql":
+        lock_for_erasure(conn, [scope])
+    record(conn, scope, now)
+    removed = conn.execute(sa.delete(facts).where(of(facts.c.user_id))).rowcount
+    for table in (recent_turns, extraction_queue):
+        removed += conn.execute(sa.delete(table).where(of(table.c.user_id))).rowcount
+    conn.execute(sa.delete(fact_versions).where(of(fact_versions.c.user_id)))
+    if backend == "sqlite":  # expired leases name the user too; held ones stay
+        conn.execute(sa.delete(fact_locks).where(of(fact_locks.c.user_id),
+                                                 fact_locks.c.expires_at <= float(now)))
+    return int(removed)
+
+
+def refuse_if_erased(conn: Connection, user_id: str, since: int, backend: str) -> None:
+    """:class:`UserErased` if ``user_id`` was erased after ``since``; on PostgreSQL the check
+    holds its shared locks to commit, so an erasure waits for this write."""
+    if backend == "postgresql":
+        lock_for_write(conn, user_id)
+    if erased_since(conn, user_id, since):
+        raise UserErased(f"user {user_id[:40]!r} was erased while this extraction ran; "
+                         "its facts are not written", field="user_id")
 
 
 def lock_for_write(conn: Connection, user_id: str) -> None:

@@ -49,12 +49,8 @@ from memroute.memory.facts.schema import (
     WRITE_OPTION,
     create_schema,
     engine_url,
-    extraction_queue,
-    fact_locks,
-    fact_versions,
     facts,
     open_engine,
-    recent_turns,
 )
 from memroute.memory.facts.types import (
     ACTIVE,
@@ -65,7 +61,6 @@ from memroute.memory.facts.types import (
     Fact,
     FactInput,
     FactStoreError,
-    UserErased,
     check_fact_id,
     check_fact_input,
     check_key,
@@ -221,7 +216,7 @@ class FactStore:
         valid_from = at if new.valid_from is None else float(new.valid_from)
         with self._tx("assert a fact", write=True) as conn:
             if unless_erased_after is not None:
-                self._refuse_if_erased(conn, uid, unless_erased_after)
+                erasures.refuse_if_erased(conn, uid, unless_erased_after, self.backend)
             self._lock_key(conn, uid, new.key)
             row = conn.execute(self._for_update(
                 sa.select(*FACT_COLUMNS).where(_c.user_id == uid, _c.key == new.key, IS_ACTIVE)
@@ -404,19 +399,8 @@ class FactStore:
     ) -> int:
         """Delete the facts, version rows and recent turns whose user ``of`` selects, and note
         the erasure of ``scope`` (:mod:`.erasures`); the number of fact and turn rows removed."""
-        now = float(self._clock())
         with self._tx("erase facts", write=True) as conn:
-            if self.backend == "postgresql":
-                erasures.lock_for_erasure(conn, [scope])
-            erasures.record(conn, scope, now)
-            removed = conn.execute(sa.delete(facts).where(of(_c.user_id))).rowcount
-            for table in (recent_turns, extraction_queue):
-                removed += conn.execute(sa.delete(table).where(of(table.c.user_id))).rowcount
-            conn.execute(sa.delete(fact_versions).where(of(fact_versions.c.user_id)))
-            if self.backend == "sqlite":  # expired leases name the user too; held ones stay
-                conn.execute(sa.delete(fact_locks).where(of(fact_locks.c.user_id),
-                                                         fact_locks.c.expires_at <= now))
-        return int(removed)
+            return erasures.erase(conn, of, scope, backend=self.backend, now=self._clock())
 
     def erasure_mark(self) -> int:
         """The newest erasure's number: an extraction takes it before reading its turns and
@@ -429,13 +413,6 @@ class FactStore:
         uid = validate_user_id(user_id)
         with self._tx("read erasures", write=False) as conn:
             return erasures.erased_since(conn, uid, mark)
-
-    def _refuse_if_erased(self, conn: Connection, uid: str, mark: int) -> None:
-        if self.backend == "postgresql":  # held to commit: an erasure waits for this write
-            erasures.lock_for_write(conn, uid)
-        if erasures.erased_since(conn, uid, mark):
-            raise UserErased(f"user {uid[:40]!r} was erased while this extraction ran; "
-                             "its facts are not written", field="user_id")
 
     # memroute.serving.erasure's UserCache protocol: the store can be one of its `caches`.
     forget_user = erase_user
