@@ -29,7 +29,9 @@ class FactLayerConfig:
     retries: int = 1  # an invalid output is retried this often, then that chunk is skipped
     # Atomic context units in the reply too; off by default: these conditions inject facts,
     # and a facts-only reply is about half as long (extraction is most of the run's time).
-    units: bool = False
+    units: bool = False  # the *_units conditions turn it on for their run
+    unit_k: int = 5  # *_units conditions: units asked for per question, fused with the turns
+    unit_weight: float = 1.0  # their weight in the rank fusion (1: a unit ranks like a turn)
     fields: Optional[list[dict[str, str]]] = None  # noqa: UP045 - OmegaConf reads Optional
     dataset_fields: dict[str, Any] = field(default_factory=dict)  # dataset name -> fields
 
@@ -46,11 +48,15 @@ def fact_layer_fields(cfg: FactLayerConfig, dataset: str) -> list[dict[str, str]
 
 def check_fact_layer_config(cfg: FactLayerConfig) -> FactLayerConfig:
     for name, low, high in (("turns_per_call", 1, 256), ("max_tokens", 16, 32_768),
-                            ("retries", 0, 5)):
+                            ("retries", 0, 5), ("unit_k", 1, 100)):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}",
                               field=f"fact_layer.{name}")
+    w = cfg.unit_weight
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w <= 10:
+        raise ConfigError(f"unit_weight must be in (0, 10], got {w!r}",
+                          field="fact_layer.unit_weight")
     if not isinstance(cfg.units, bool):
         raise ConfigError(f"units must be true or false, got {cfg.units!r}",
                           field="fact_layer.units")

@@ -25,6 +25,7 @@ from memroute.eval.full_context import (
 )
 from memroute.eval.metrics import bleu1, f1
 from memroute.llm.base import Backend
+from memroute.retrieval.with_units import is_unit, source_turn_id
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.facts_block import FactsSource, injected_facts
 from memroute.routing.prompt import render_memory_block
@@ -104,13 +105,15 @@ def run_conditions(
     progress: bool = True,
     context_tokens: Sequence[int] | None = None,
     facts: FactsSource | None = None,
+    units_retriever: MemoryRetriever | None = None,
 ) -> tuple[list[dict[str, Any]], list[ConditionTiming]]:
     """Answer every question under every condition; one prediction row per (condition, question).
 
     ``context_tokens[i]`` is tier i's context window (``max_model_len``); full-context conditions
     need it to fit the history. ``facts``: the users' extracted facts (the fact layer's store,
     :mod:`memroute.eval.fact_layer`), which the ``*_facts`` conditions inject; they are read as
-    of each user's last turn-pair.
+    of each user's last turn-pair. ``units_retriever``: the turn-pairs and the atomic units
+    together (:class:`~memroute.retrieval.with_units.WithUnits`), for the ``*_units`` conditions.
     """
     from tqdm.auto import tqdm
 
@@ -123,6 +126,9 @@ def run_conditions(
         cond = CONDITIONS.get(name, field="conditions")
         if cond.facts and facts is None:
             raise ConfigError(f"condition {name!r} needs the fact layer's store (facts=...)",
+                              field="conditions")
+        if cond.units and units_retriever is None:
+            raise ConfigError(f"condition {name!r} needs the atomic units (units_retriever=...)",
                               field="conditions")
         timed = [TimedBackend(tiers[i].backend) for i in cond.tier_indexes(len(tiers))]
         cond_tiers = [
@@ -139,7 +145,8 @@ def run_conditions(
         else:
             # Evaluation measures a fixed memory: answers are not written back here.
             cfg = replace(router_cfg, use_memory=cond.use_memory, use_routing=cond.use_routing, store_answers=False)
-            router = Router(cond_tiers, cfg, retrieval_cfg, retriever if cond.use_memory else None,
+            memory = units_retriever if cond.units else retriever
+            router = Router(cond_tiers, cfg, retrieval_cfg, memory if cond.use_memory else None,
                             facts=facts if cond.facts else None)
             for lo in range(0, len(questions), batch_size):
                 chunk = questions[lo : lo + batch_size]
@@ -217,7 +224,8 @@ def _row(
     ``injected_dia_ids``: evidence keys of the memories injected into the answering call, or with
     a full-context ``history`` the keys of every turn in the prompt."""
     memories = res.decision.memories  # injected into the answering call's prompt
-    injected_dia = sorted({d for h in memories for d in dia.get(h.memory.id, ())})
+    # an atomic unit counts as the turn it came from
+    injected_dia = sorted({d for h in memories for d in dia.get(source_turn_id(h.memory), ())})
     if history is not None:
         injected_dia = sorted(set(history.keys))
     evidence = set(qa.evidence)
@@ -243,6 +251,7 @@ def _row(
         "evidence": list(qa.evidence),
         "injected_dia_ids": injected_dia,
         "memory_ids": [h.memory.id for h in memories],
+        "units_injected": sum(is_unit(h.memory) for h in memories),
         # UTF-8 bytes of the memory block (header + lines) in the answering prompt
         "memory_bytes": len(render_memory_block(memories).encode()) if memories else 0,
         "evidence_injected": bool(evidence & set(injected_dia)) if evidence else None,

@@ -5,7 +5,9 @@ Each condition picks cascade tiers and switches memory / routing; everything els
 the name says. ``full_context`` conditions do not go through the router: the whole conversation
 is the prompt (:mod:`memroute.eval.full_context`). ``facts`` conditions are their warm
 counterparts with the user's active facts injected before the turn-pairs, the facts extracted by
-the first model over the user's conversation (:mod:`memroute.eval.fact_layer`).
+the first model over the user's conversation (:mod:`memroute.eval.fact_layer`). ``units``
+conditions retrieve that extraction's atomic context units beside the turn-pairs
+(:mod:`memroute.retrieval.with_units`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Condition:
     description: str
     full_context: bool = False  # the whole conversation as history instead of retrieved memories
     facts: bool = False  # the fact layer's active facts injected too (needs the extracted store)
+    units: bool = False  # atomic context units retrieved beside the turn-pairs (fact layer's)
 
     def tier_indexes(self, n_tiers: int) -> list[int]:
         return {"first": [0], "all": list(range(n_tiers)), "last": [n_tiers - 1]}[self.tiers]
@@ -39,6 +42,10 @@ for _c in (
               "active facts + memory injected, small model only", facts=True),
     Condition("warm_compound_facts", "all", True, True,
               "active facts + memory + routing", facts=True),
+    Condition("warm_memory_units", "first", True, False,
+              "memory with atomic units beside the turn-pairs, small model only", units=True),
+    Condition("warm_compound_units", "all", True, True,
+              "memory with atomic units beside the turn-pairs + routing", units=True),
     Condition("cold_large", "last", False, False, "largest model, no memory, no routing"),
     Condition("full_context_large", "last", False, False,
               "largest model, the whole conversation as history (no retrieval, no routing)",

@@ -29,13 +29,19 @@ from memroute.datasets.records import EvalConversation
 from memroute.llm.base import Backend
 from memroute.memory.facts import FactStore
 from memroute.memory.facts.extraction import Extractor
-from memroute.memory.facts.extraction_schema import ExtractionSchema, extraction_prompt
+from memroute.memory.facts.extraction_schema import (
+    ExtractedUnit,
+    ExtractionSchema,
+    extraction_prompt,
+)
+from memroute.retrieval.with_units import WithUnits
 from memroute.types import TurnPair
 
 log = logging.getLogger(__name__)
 
 STORE_FILE = "facts.sqlite3"
 STATS_FILE = "fact_extraction.json"
+UNITS_FILE = "units.jsonl"  # the extraction's atomic context units, one JSON object per line
 _PROBE_TURN = TurnPair("probe", "s", 0, "<user>", "<assistant>", 0)  # renders the prompt template
 
 
@@ -48,14 +54,17 @@ class ExtractionStats:
     calls: int = 0  # extraction calls (chunks), retries not counted
     skipped_calls: int = 0  # chunks whose every output was invalid: nothing stored from them
     facts_written: int = 0
+    units: int = 0  # atomic context units in the replies (before near-duplicate suppression)
     active_facts: int = 0  # at the end, over all users
     model_s: float = 0.0
     wall_s: float = 0.0
 
     def line(self) -> str:
         how = "cached" if self.cached else f"{self.calls} calls, {self.wall_s:.0f}s"
-        return (f"facts: {self.active_facts} active for {self.users} users from {self.turns} "
-                f"turn-pairs ({how}; {self.skipped_calls} chunks skipped as invalid output)")
+        units = f", {self.units} atomic units" if self.units else ""
+        return (f"facts: {self.active_facts} active{units} for {self.users} users from "
+                f"{self.turns} turn-pairs ({how}; {self.skipped_calls} chunks skipped as "
+                "invalid output)")
 
 
 def asked_at(conv: EvalConversation) -> int:
@@ -110,28 +119,57 @@ def build_fact_layer(
     key = cache_key(conversations, backend.model_id, schema, cfg)
     cached = Path(cfg.cache_dir).expanduser() / key
     target = run_dir / STORE_FILE
-    if (cached / STORE_FILE).is_file() and (cached / STATS_FILE).is_file():
+    # a facts-only entry may have no units file (written before units were kept)
+    needed = (STORE_FILE, STATS_FILE) + ((UNITS_FILE,) if schema.units else ())
+    if all((cached / f).is_file() for f in needed):
         _copy_sqlite(cached / STORE_FILE, target)
+        if (cached / UNITS_FILE).is_file():
+            shutil.copy(cached / UNITS_FILE, run_dir / UNITS_FILE)
         stats = ExtractionStats(**{**json.loads((cached / STATS_FILE).read_text()),
                                    "cached": True})
         (run_dir / STATS_FILE).write_text(json.dumps(asdict(stats), indent=1) + "\n")
         return FactStore(f"sqlite:///{target}"), stats
     store = FactStore(f"sqlite:///{target}")
     try:
-        stats = _extract(conversations, backend, schema, cfg, store, key, progress=progress)
+        stats = _extract(conversations, backend, schema, cfg, store, key,
+                         units_file=run_dir / UNITS_FILE, progress=progress)
         stats.active_facts = sum(len(store.active(c.sample_id, now=asked_at(c)))
                                  for c in conversations if c.records)
     except BaseException:
         store.close()
         raise
     (run_dir / STATS_FILE).write_text(json.dumps(asdict(stats), indent=1) + "\n")
-    _save_to_cache(target, run_dir / STATS_FILE, cached)
+    _save_to_cache(run_dir, cached)
     return store, stats
+
+
+def index_units(index: Any, turns: Any, units: Sequence[ExtractedUnit], cfg: FactLayerConfig
+                ) -> WithUnits:
+    """Embed ``units`` into ``index`` (a :class:`~memroute.memory.units.UnitIndex`: its own
+    collection, near-duplicates suppressed) and return the turn retriever with units beside."""
+    by_user: dict[str, list[ExtractedUnit]] = {}
+    for u in units:
+        by_user.setdefault(u.user_id, []).append(u)
+    written = suppressed = 0
+    for uid, items in by_user.items():
+        report = index.add(uid, items)
+        written, suppressed = written + report.written, suppressed + report.suppressed
+    print(f"units: {written} atomic units indexed for {len(by_user)} users "
+          f"({suppressed} near-duplicates suppressed)")
+    return WithUnits(turns, index, unit_k=cfg.unit_k, unit_weight=cfg.unit_weight)
+
+
+def load_units(run_dir: Path) -> list[ExtractedUnit]:
+    """The atomic units the run's extraction wrote (none for a facts-only schema)."""
+    path = run_dir / UNITS_FILE
+    if not path.is_file():
+        return []
+    return [ExtractedUnit(**json.loads(line)) for line in path.read_text().splitlines() if line]
 
 
 def _extract(
     conversations: Sequence[EvalConversation], backend: Backend, schema: ExtractionSchema,
-    cfg: FactLayerConfig, store: FactStore, key: str, *, progress: bool,
+    cfg: FactLayerConfig, store: FactStore, key: str, *, units_file: Path, progress: bool,
 ) -> ExtractionStats:
     from tqdm.auto import tqdm
 
@@ -141,12 +179,17 @@ def _extract(
     stats = ExtractionStats(key, cached=False, users=len({u for u, _ in work}),
                             turns=sum(len(ch) for _, ch in work))
     start = time.perf_counter()
-    for user_id, chunk in tqdm(work, desc="fact extraction", disable=not progress, unit="call"):
-        result = extractor.extract(user_id, chunk)
-        stats.calls += 1
-        stats.skipped_calls += result.skipped_reason is not None
-        stats.facts_written += result.facts_written
-        stats.model_s += result.latency_s
+    with units_file.open("w") as units:
+        for user_id, chunk in tqdm(work, desc="fact extraction", disable=not progress,
+                                   unit="call"):
+            result = extractor.extract(user_id, chunk)
+            stats.calls += 1
+            stats.skipped_calls += result.skipped_reason is not None
+            stats.facts_written += result.facts_written
+            stats.model_s += result.latency_s
+            stats.units += len(result.units)
+            units.writelines(json.dumps(asdict(u), ensure_ascii=False) + "\n"
+                             for u in result.units)
     stats.wall_s = time.perf_counter() - start
     return stats
 
@@ -162,13 +205,14 @@ def _copy_sqlite(src: Path, dst: Path) -> None:
         source.close()
 
 
-def _save_to_cache(store_file: Path, stats_file: Path, cached: Path) -> None:
+def _save_to_cache(run_dir: Path, cached: Path) -> None:
     """Into a temporary folder, then renamed: a half-written entry is never read."""
     tmp = cached.with_name(f"{cached.name}.tmp-{time.time_ns()}")
     try:
         tmp.mkdir(parents=True)
-        _copy_sqlite(store_file, tmp / STORE_FILE)
-        shutil.copy(stats_file, tmp / STATS_FILE)
+        _copy_sqlite(run_dir / STORE_FILE, tmp / STORE_FILE)
+        for name in (STATS_FILE, UNITS_FILE):
+            shutil.copy(run_dir / name, tmp / name)
         tmp.rename(cached)
     except OSError as exc:  # a full disk or a racing run: the run itself still has its store
         log.warning("fact layer not cached at %s: %s", cached, exc)

@@ -17,6 +17,7 @@ from memroute.config import RetrievalConfig
 from memroute.datasets.records import RetrievalCase
 from memroute.errors import ConfigError
 from memroute.eval.metrics import mrr, ndcg_at_k, recall_at_k
+from memroute.retrieval.with_units import source_turn_id
 from memroute.types import RetrievalHit
 
 # name -> (strategy, fusion)
@@ -41,8 +42,9 @@ class Retrieves(Protocol):
 
 
 def score_case(hits: Sequence[RetrievalHit], case: RetrievalCase, ks: Sequence[int]) -> dict[str, float]:
-    """Turn-level and session-level metrics of one ranked list."""
-    ranked = [h.memory.id for h in hits]
+    """Turn-level and session-level metrics of one ranked list (an atomic unit counts as the
+    turn it came from, once)."""
+    ranked = list(dict.fromkeys(source_turn_id(h.memory) for h in hits))
     ranked_sessions = list(dict.fromkeys(h.memory.session_id for h in hits))
     out: dict[str, float] = {}
     for level, r, gold in (("turn", ranked, case.gold_pairs), ("session", ranked_sessions, case.gold_sessions)):

@@ -16,12 +16,13 @@ from memroute import build
 from memroute.config import BenchmarkConfig
 from memroute.config.fact_layer import fact_layer_fields
 from memroute.config.schema import is_server_uri, ordered_cascade
+from memroute.config.units import UnitsConfig
 from memroute.datasets.conversations import as_eval_conversation
 from memroute.datasets.registry import dataset_conversations
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
 from memroute.eval.causes import CAUSES, WRONG_BELOW, add_causes
 from memroute.eval.conditions import CONDITIONS
-from memroute.eval.fact_layer import ExtractionStats, build_fact_layer
+from memroute.eval.fact_layer import ExtractionStats, build_fact_layer, index_units, load_units
 from memroute.eval.manifest import MANIFEST, build_manifest, write_manifest
 from memroute.eval.plots import all_plots
 from memroute.eval.report import calls_frame, new_run_dir, predictions_frame, tables, to_markdown
@@ -81,26 +82,38 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
 
     tiers = []
     facts, fact_stats = None, None
+    unit_index, with_units = None, None
     try:
         # Only the tiers the selected conditions call are loaded (a capacity sweep on
         # warm_memory_only never loads the large model).
         tiers = build.tiers(models, assets, load=needed_tiers(cfg.conditions, len(models)), on_ready=build.say_ready)
-        if any(CONDITIONS.get(c).facts for c in cfg.conditions):
-            # The fact layer: the first model extracts each user's facts (cached on disk).
+        chosen = [CONDITIONS.get(c, field="conditions") for c in cfg.conditions]
+        want_units = any(c.units for c in chosen)
+        if want_units or any(c.facts for c in chosen):
+            # The fact layer: the first model extracts each user's facts (and, for the units
+            # conditions, atomic units) once; cached on disk.
+            layer_cfg = replace(cfg.fact_layer, units=cfg.fact_layer.units or want_units)
             facts, fact_stats = build_fact_layer(
                 [as_eval_conversation(c) for c in conversations], tiers[0].backend,
-                fact_layer_fields(cfg.fact_layer, cfg.dataset.name), cfg.fact_layer, run_dir,
+                fact_layer_fields(cfg.fact_layer, cfg.dataset.name), layer_cfg, run_dir,
                 progress=progress)
             print(fact_stats.line())
+        if want_units:
+            unit_index = build.unit_index(UnitsConfig(), memory_cfg, cfg.retrieval,
+                                          memory.encoder)
+            with_units = index_units(unit_index, retriever, load_units(run_dir), cfg.fact_layer)
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,
             memory_dia_ids=dia, batch_size=cfg.batch_size, progress=progress,
             context_tokens=[m.max_model_len for m in models], facts=facts,
+            units_retriever=with_units,
         )
     finally:
         for t in tiers:
             t.backend.close()
         store.close()
+        if unit_index is not None:
+            unit_index.close()
         if facts is not None:
             facts.close()
 

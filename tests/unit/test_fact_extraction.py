@@ -418,7 +418,7 @@ def test_one_bad_unit_refuses_the_whole_output(units):
 def test_json_schema_and_prompt_ask_for_units():
     js = json_schema(SCHEMA, n_turns=2)
     unit = js["properties"]["units"]["items"]
-    assert js["required"] == ["facts", "units"] and js["properties"]["units"]["maxItems"] == MAX_UNITS
+    assert js["required"] == ["facts", "units"] and js["properties"]["units"]["maxItems"] == 4
     assert unit["properties"]["turn"]["maximum"] == 1 and unit["additionalProperties"] is False
     assert unit["properties"]["text"]["maxLength"] == MAX_UNIT_CHARS
     prompt = system_prompt(SCHEMA)
@@ -466,7 +466,9 @@ def test_a_facts_only_schema_asks_for_and_allows_no_units():
 
 
 def test_the_constrained_output_is_bounded_by_the_turns_read():
-    from memroute.memory.facts.extraction_schema import FACTS_PER_TURN, MAX_FACTS
+    from memroute.memory.facts.extraction_schema import FACTS_PER_TURN, MAX_FACTS, UNITS_PER_TURN
 
     assert json_schema(SCHEMA, 3)["properties"]["facts"]["maxItems"] == 3 * FACTS_PER_TURN
     assert json_schema(SCHEMA)["properties"]["facts"]["maxItems"] == MAX_FACTS
+    assert json_schema(SCHEMA, 3)["properties"]["units"]["maxItems"] == 3 * UNITS_PER_TURN
+    assert json_schema(SCHEMA)["properties"]["units"]["maxItems"] == MAX_UNITS

@@ -48,6 +48,7 @@ MAX_UNIT_CHARS = 300  # one sentence, not a summary
 MIN_UNIT_CHARS = 8  # shorter is no self-contained sentence ("Yes.")
 MAX_FACTS = 64  # per extraction output
 FACTS_PER_TURN = 2  # the constrained output's bound on facts per turn read
+UNITS_PER_TURN = 2  # and on units per turn read
 MAX_OUTPUT_VALUE_CHARS = 300  # an extracted value is a short phrase, not a paragraph
 ASSISTANT_CHARS = 300  # assistant replies are clipped in the prompt: facts are the user's
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -155,7 +156,9 @@ def json_schema(schema: ExtractionSchema, n_turns: int | None = None) -> dict[st
     most = MAX_FACTS if n_turns is None else max(1, min(MAX_FACTS, FACTS_PER_TURN * int(n_turns)))
     properties: dict[str, Any] = {"facts": {"type": "array", "items": item, "maxItems": most}}
     if schema.units:
-        properties["units"] = {"type": "array", "items": unit, "maxItems": MAX_UNITS}
+        units = (MAX_UNITS if n_turns is None
+                 else max(1, min(MAX_UNITS, UNITS_PER_TURN * int(n_turns))))
+        properties["units"] = {"type": "array", "items": unit, "maxItems": units}
     return {"type": "object", "properties": properties, "required": list(properties),
             "additionalProperties": False}
 
