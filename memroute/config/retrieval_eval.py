@@ -30,3 +30,8 @@ class RetrievalEvalConfig:
     dims: list[Optional[int]] = field(default_factory=lambda: [None, 256, 128])
     ks: list[int] = field(default_factory=lambda: [1, 5, 10])
     output_dir: str = ".memroute/retrieval_eval"
+    # Atomic units beside the turn-pairs: a units.jsonl a benchmark run's fact layer wrote
+    # (python -m jobs.benchmark conditions=[warm_memory_units] ...: <run>/units.jsonl). Each
+    # strategy is then scored again as "<strategy>+units" (memroute/retrieval/with_units.py).
+    units_from: Optional[str] = None  # noqa: UP045 - OmegaConf reads Optional
+    unit_k: int = 5  # units asked for per question

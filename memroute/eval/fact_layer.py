@@ -34,7 +34,6 @@ from memroute.memory.facts.extraction_schema import (
     ExtractionSchema,
     extraction_prompt,
 )
-from memroute.retrieval.with_units import WithUnits
 from memroute.types import TurnPair
 
 log = logging.getLogger(__name__)
@@ -143,10 +142,9 @@ def build_fact_layer(
     return store, stats
 
 
-def index_units(index: Any, turns: Any, units: Sequence[ExtractedUnit], cfg: FactLayerConfig
-                ) -> WithUnits:
+def add_units(index: Any, units: Sequence[ExtractedUnit]) -> int:
     """Embed ``units`` into ``index`` (a :class:`~memroute.memory.units.UnitIndex`: its own
-    collection, near-duplicates suppressed) and return the turn retriever with units beside."""
+    collection, near-duplicates suppressed), user by user; the number written."""
     by_user: dict[str, list[ExtractedUnit]] = {}
     for u in units:
         by_user.setdefault(u.user_id, []).append(u)
@@ -156,12 +154,13 @@ def index_units(index: Any, turns: Any, units: Sequence[ExtractedUnit], cfg: Fac
         written, suppressed = written + report.written, suppressed + report.suppressed
     print(f"units: {written} atomic units indexed for {len(by_user)} users "
           f"({suppressed} near-duplicates suppressed)")
-    return WithUnits(turns, index, unit_k=cfg.unit_k, unit_weight=cfg.unit_weight)
+    return written
 
 
 def load_units(run_dir: Path) -> list[ExtractedUnit]:
-    """The atomic units the run's extraction wrote (none for a facts-only schema)."""
-    path = run_dir / UNITS_FILE
+    """The atomic units the run's extraction wrote (none for a facts-only schema); ``run_dir``
+    may also name the units file itself."""
+    path = run_dir if run_dir.suffix == ".jsonl" else run_dir / UNITS_FILE
     if not path.is_file():
         return []
     return [ExtractedUnit(**json.loads(line)) for line in path.read_text().splitlines() if line]

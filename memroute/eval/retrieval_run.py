@@ -11,9 +11,14 @@ import polars as pl
 
 from memroute import build
 from memroute.config.retrieval_eval import RetrievalEvalConfig
+from memroute.config.units import UnitsConfig
 from memroute.datasets.registry import dataset_cases
+from memroute.errors import ConfigError
+from memroute.eval.fact_layer import add_units, load_units
 from memroute.eval.report import new_run_dir, to_markdown
 from memroute.eval.retrieval_eval import evaluate, strategy_config, summarize
+from memroute.memory.facts.extraction_schema import ExtractedUnit
+from memroute.retrieval.with_units import WithUnits
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
 HEADLINE = ["turn_recall@1", "turn_recall@5", "turn_recall@10", "turn_recall_all@5", "turn_ndcg@10",
@@ -34,6 +39,7 @@ def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
 
     for name in cfg.strategies:
         strategy_config(cfg.retrieval, name)  # unknown names fail before any work
+    units = _units(cfg)
     started = time.time()
     run_dir = new_run_dir(cfg.output_dir)
     pairs, cases = dataset_cases(cfg.dataset, run_dir)
@@ -66,7 +72,17 @@ def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
                 key = (rc.bm25_k1, rc.bm25_b, rc.ngram, rc.stem)
                 retrievers[name] = build.retriever(encoder, store, rc, bm25_cache=caches.get(key))
                 caches.setdefault(key, retrievers[name].bm25)
-            rows += evaluate(retrievers, cases, ks=cfg.ks, label={"dim": label})
+            unit_index = None
+            if units:
+                unit_index = build.unit_index(UnitsConfig(), memory, cfg.retrieval, encoder)
+                add_units(unit_index, units)
+                retrievers |= {f"{name}+units": WithUnits(r, unit_index, unit_k=cfg.unit_k)
+                               for name, r in list(retrievers.items())}
+            try:
+                rows += evaluate(retrievers, cases, ks=cfg.ks, label={"dim": label})
+            finally:
+                if unit_index is not None:
+                    unit_index.close()
         finally:
             store.close()
 
@@ -102,6 +118,17 @@ def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
     if tracker.run_id:
         print(f"MLflow run id: {tracker.run_id}")
     return RetrievalEvalOutput(run_dir, table, by_group, tracker.run_id, report)
+
+
+def _units(cfg: RetrievalEvalConfig) -> list[ExtractedUnit]:
+    """The atomic units of ``units_from`` (none when unset); a missing file is a config error."""
+    if not cfg.units_from:
+        return []
+    path = Path(cfg.units_from).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"units_from {cfg.units_from!r} is not a file (a benchmark run's "
+                          "units.jsonl)", field="units_from")
+    return load_units(path)
 
 
 def _plot(table: pl.DataFrame, path: Path) -> Path:

@@ -22,11 +22,12 @@ from memroute.datasets.registry import dataset_conversations
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
 from memroute.eval.causes import CAUSES, WRONG_BELOW, add_causes
 from memroute.eval.conditions import CONDITIONS
-from memroute.eval.fact_layer import ExtractionStats, build_fact_layer, index_units, load_units
+from memroute.eval.fact_layer import ExtractionStats, add_units, build_fact_layer, load_units
 from memroute.eval.manifest import MANIFEST, build_manifest, write_manifest
 from memroute.eval.plots import all_plots
 from memroute.eval.report import calls_frame, new_run_dir, predictions_frame, tables, to_markdown
 from memroute.eval.rescore import METRICS_FILE, tables_json
+from memroute.retrieval.with_units import WithUnits
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,9 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         if want_units:
             unit_index = build.unit_index(UnitsConfig(), memory_cfg, cfg.retrieval,
                                           memory.encoder)
-            with_units = index_units(unit_index, retriever, load_units(run_dir), cfg.fact_layer)
+            add_units(unit_index, load_units(run_dir))
+            with_units = WithUnits(retriever, unit_index, unit_k=cfg.fact_layer.unit_k,
+                                   unit_weight=cfg.fact_layer.unit_weight)
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,
             memory_dia_ids=dia, batch_size=cfg.batch_size, progress=progress,

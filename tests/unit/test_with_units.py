@@ -17,7 +17,7 @@ from memroute.datasets.records import RetrievalCase
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.eval.benchmark import ingest, run_conditions
 from memroute.eval.conditions import CONDITIONS
-from memroute.eval.fact_layer import UNITS_FILE, build_fact_layer, index_units, load_units
+from memroute.eval.fact_layer import UNITS_FILE, add_units, build_fact_layer, load_units
 from memroute.eval.report import predictions_frame
 from memroute.eval.retrieval_eval import score_case
 from memroute.memory.facts.extraction_schema import ExtractedUnit
@@ -142,7 +142,8 @@ def test_the_units_conditions_index_the_extracted_units_and_count_their_evidence
                    turn_index=u.turn_index)
         by_text.setdefault(u.user_id, []).append(RetrievalHit(m, 0.5))
     index.search = lambda uid, q, k: by_text.get(uid, [])[:k]
-    both = index_units(index, turns, units, cfg)
+    assert add_units(index, units) == len(units)
+    both = WithUnits(turns, index, unit_k=cfg.unit_k)
     assert sorted(uid for uid, _ in index.added) == sorted({u.user_id for u in units})
     tiers = [Tier("small", FakeBackend("small"), Pricing(0.5))]
     conds = ["warm_memory_only", "warm_memory_units"]
