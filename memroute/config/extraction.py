@@ -50,7 +50,7 @@ DEFAULT_FIELDS: tuple[dict[str, str], ...] = (
 
 @dataclass
 class ExtractionConfig:
-    enabled: bool = True  # the served app's background lane (memroute/serving/extraction_lane.py)
+    enabled: bool = True  # the served app's background lane (memroute/memory/facts/lane.py)
     threshold_tokens: int = 4000  # extract once a user's unextracted conversation exceeds this
     max_tokens: int = 1024  # the extraction reply's budget (the JSON object: facts and units)
     retries: int = 1  # invalid output is retried this often, then logged and skipped

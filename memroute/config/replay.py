@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from memroute.config.extraction import ExtractionConfig, check_extraction_config
 from memroute.config.schema import (
     AssetsConfig,
     EmbedderConfig,
@@ -54,6 +55,8 @@ class ReplayConfig:
     router: RouterConfig = field(default_factory=RouterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     assets: AssetsConfig = field(default_factory=AssetsConfig)
+    # memroute_facts: the served fact extraction (threshold, schema), by the first tier
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
 
 
 def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
@@ -83,6 +86,7 @@ def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
     if not cfg.strategies:
         raise ConfigError("strategies is empty: name at least one (memroute, always_large, ...)",
                           field="strategies")
+    check_extraction_config(cfg.extraction)
     if cfg.target != "inprocess" and cfg.strategies != ["memroute"]:
         raise ConfigError("an http target replays the endpoint itself: set strategies=[memroute] "
                           "(baselines run in-process)", field="strategies")

@@ -52,7 +52,7 @@ from memroute.serving.erasure import (
     erasure_audit,
     store_remover,
 )
-from memroute.serving.extraction_lane import ExtractionLane
+from memroute.memory.facts.lane import ExtractionLane
 from memroute.serving.health_report import health_report
 from memroute.serving.memory_api import MemoryApi
 from memroute.serving.shadow import ShadowJudge

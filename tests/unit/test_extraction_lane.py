@@ -16,7 +16,7 @@ from memroute.config.schema import ModelConfig
 from memroute.memory.facts import FactStore
 from memroute.memory.facts.extraction import ExtractionResult
 from memroute.namespace import namespace
-from memroute.serving.extraction_lane import ExtractionLane
+from memroute.memory.facts.lane import ExtractionLane
 from memroute.types import TurnPair
 
 from .fakes import call_like_ingress, serving_core
@@ -156,7 +156,7 @@ def test_a_stated_fact_reaches_the_fact_store_through_the_served_path(tmp_path, 
 
 def test_health_stats_read_the_queue_at_most_every_few_seconds(stores, monkeypatch):
     """/healthz calls ``stats()`` often; the user count is a fact-database query."""
-    from memroute.serving.extraction_lane import QUEUE_STATS_S
+    from memroute.memory.facts.lane import QUEUE_STATS_S
 
     store = stores()
     clock = [100.0]

@@ -22,9 +22,16 @@ from memroute.config.replay import ReplayConfig, check_replay_config
 from memroute.config.schema import is_server_uri, ordered_cascade
 from memroute.errors import ConfigError
 from memroute.eval.replay.driver import Checkpoint, Row, replay_strategy
+from memroute.eval.replay.facts import replay_facts
 from memroute.eval.replay.outcome import TierPrice
 from memroute.eval.replay.progress import Progress
-from memroute.eval.replay.strategies import STRATEGIES, ShadowRecorder, StrategyParts, needs_memory
+from memroute.eval.replay.strategies import (
+    STRATEGIES,
+    ShadowRecorder,
+    StrategyParts,
+    needs_facts,
+    needs_memory,
+)
 from memroute.eval.report import new_run_dir
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
@@ -138,14 +145,18 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
     bar = Progress(len(requests) * len(cfg.strategies), len(checkpoint.done), enabled=progress)
     try:
         for name in cfg.strategies:
-            memory = None
+            memory, facts = None, None
             if needs_memory(name):
                 memory_cfg = replace(cfg.memory, uri=memory_uri(cfg, run_dir, name))
                 memory = build.memory(cfg.embedder, memory_cfg, cfg.retrieval, assets, enc=encoder)
                 _restore_memories(memory, list(checkpoint.iter_rows(name)))
-            parts = StrategyParts(tiers, prices(models), cfg.router, cfg.retrieval,
-                                  memory.retriever if memory else None, encoder=encoder.encode,
-                                  cache_threshold=cfg.cache_threshold)
+            retriever = memory.retriever if memory else None
+            if needs_facts(name):  # extraction by the first tier, as in serving
+                facts = replay_facts(cfg.extraction, tiers[0].backend, run_dir)
+                retriever = facts.feeding(retriever)
+            parts = StrategyParts(tiers, prices(models), cfg.router, cfg.retrieval, retriever,
+                                  encoder=encoder.encode, cache_threshold=cfg.cache_threshold,
+                                  facts=facts.store if facts else None)
             strategy = STRATEGIES.get(name)(name, parts)
             shadow = ShadowRecorder(parts, cfg.shadow_share) if name == "memroute" and cfg.shadow_share else None
             bar.start(name)
@@ -156,6 +167,9 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
                                 shadow_log=Checkpoint(run_dir / SHADOW) if shadow else None,
                                 timing=timings[name])
             finally:
+                if facts is not None:
+                    print(f"{name}: fact extraction {facts.stats()}")
+                    facts.close()
                 if memory is not None:
                     memory.store.flush()
                     memory.close()

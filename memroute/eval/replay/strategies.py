@@ -6,6 +6,8 @@ Each strategy answers a wave of requests (distinct users, in trace order) and re
 
 =================  ==========================================================================
 memroute           memory + confidence routing; every answered turn is stored (cross-model)
+memroute_facts     memroute with the fact layer: facts extracted from the stored turns by the
+                   first tier (the served lane, waited for per wave), current values injected
 cascade_no_memory  confidence routing alone, no memory
 always_small       the first tier, no memory
 always_large       the last tier, no memory
@@ -31,8 +33,8 @@ from memroute.eval.replay.outcome import CACHE_TIER, Outcome, TierPrice, from_ro
 from memroute.eval.replay.scoring import best_f1
 from memroute.namespace import namespace
 from memroute.registry import Registry
-from memroute.routing.router import MemoryRetriever, RouteRequest, Router, Tier
-
+from memroute.routing.facts_block import FactsSource
+from memroute.routing.router import MemoryRetriever, Router, RouteRequest, Tier
 
 Wave = Sequence[tuple[int, TraceRequest]]  # (row number in the trace, request)
 
@@ -64,17 +66,21 @@ class StrategyParts:
     retriever: MemoryRetriever | None  # a fresh store per strategy: none shares memory
     encoder: Callable[[Sequence[str]], np.ndarray] | None = None  # semantic cache
     cache_threshold: float = 0.9
+    facts: FactsSource | None = None  # memroute_facts: the fact layer's store (replay/facts.py)
 
 
 class RoutedStrategy:
     def __init__(self, name: str, parts: StrategyParts, tier_slots: Sequence[int], *,
-                 memory: bool, routing: bool) -> None:
+                 memory: bool, routing: bool, facts: bool = False) -> None:
+        if facts and parts.facts is None:
+            raise ValueError(f"{name} needs the fact layer (StrategyParts.facts)")
         self.name = name
         self.stores_memory = memory
         self.slots = list(tier_slots)
         cfg = replace(parts.router, use_memory=memory, use_routing=routing, store_answers=memory)
         self.router = Router([parts.tiers[i] for i in self.slots], cfg, parts.retrieval,
-                             parts.retriever if memory else None)
+                             parts.retriever if memory else None,
+                             facts=parts.facts if facts else None)
         self.prices = parts.prices
 
     def answer_many(self, wave: Wave) -> list[Outcome]:
@@ -138,6 +144,13 @@ def _memroute(name: str, parts: StrategyParts) -> Strategy:
     return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=True, routing=True)
 
 
+@STRATEGIES.register("memroute_facts")
+def _memroute_facts(name: str, parts: StrategyParts) -> Strategy:
+    """memroute with the fact layer: facts extracted from the stored answers, injected."""
+    return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=True, routing=True,
+                          facts=True)
+
+
 @STRATEGIES.register("cascade_no_memory")
 def _cascade(name: str, parts: StrategyParts) -> Strategy:
     return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=False, routing=True)
@@ -159,7 +172,11 @@ def _cache(name: str, parts: StrategyParts) -> Strategy:
 
 
 def needs_memory(name: str) -> bool:
-    return name == "memroute"
+    return name in ("memroute", "memroute_facts")
+
+
+def needs_facts(name: str) -> bool:
+    return name == "memroute_facts"
 
 
 class ShadowRecorder:
