@@ -54,6 +54,8 @@ class ExtractionConfig:
     threshold_tokens: int = 4000  # extract once a user's unextracted conversation exceeds this
     max_tokens: int = 1024  # the extraction reply's budget (the JSON object: facts and units)
     retries: int = 1  # invalid output is retried this often, then logged and skipped
+    # keep a fact only if its source turn states the value, under one key (facts/grounding.py)
+    grounding: bool = True
     fields: list[dict[str, str]] = field(default_factory=lambda: [dict(f) for f in DEFAULT_FIELDS])
 
 
@@ -109,6 +111,9 @@ def check_extraction_config(cfg: ExtractionConfig) -> ExtractionConfig:
     _int_in(cfg, "threshold_tokens", 1, 10_000_000)
     _int_in(cfg, "max_tokens", 16, 32_768)
     _int_in(cfg, "retries", 0, 5)
+    if not isinstance(cfg.grounding, bool):
+        raise ConfigError(f"grounding must be true or false, got {cfg.grounding!r}",
+                          field="extraction.grounding")
     check_extraction_fields(cfg.fields)
     return cfg
 

@@ -27,6 +27,7 @@ class FactLayerConfig:
     turns_per_call: int = 8  # turn-pairs per extraction call (a session is cut into chunks)
     max_tokens: int = 512  # the extraction reply's budget
     retries: int = 1  # an invalid output is retried this often, then that chunk is skipped
+    grounding: bool = True  # drop facts their turn does not state (memory/facts/grounding.py)
     # Atomic context units in the reply too; off by default: these conditions inject facts,
     # and a facts-only reply is about half as long (extraction is most of the run's time).
     units: bool = False  # the *_units conditions turn it on for their run
@@ -57,6 +58,9 @@ def check_fact_layer_config(cfg: FactLayerConfig) -> FactLayerConfig:
     if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w <= 10:
         raise ConfigError(f"unit_weight must be in (0, 10], got {w!r}",
                           field="fact_layer.unit_weight")
+    if not isinstance(cfg.grounding, bool):
+        raise ConfigError(f"grounding must be true or false, got {cfg.grounding!r}",
+                          field="fact_layer.grounding")
     if not isinstance(cfg.units, bool):
         raise ConfigError(f"units must be true or false, got {cfg.units!r}",
                           field="fact_layer.units")

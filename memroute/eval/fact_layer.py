@@ -53,6 +53,7 @@ class ExtractionStats:
     calls: int = 0  # extraction calls (chunks), retries not counted
     skipped_calls: int = 0  # chunks whose every output was invalid: nothing stored from them
     facts_written: int = 0
+    ungrounded: int = 0  # valid facts dropped by grounding (their turn does not state them)
     units: int = 0  # atomic context units in the replies (before near-duplicate suppression)
     active_facts: int = 0  # at the end, over all users
     model_s: float = 0.0
@@ -61,6 +62,7 @@ class ExtractionStats:
     def line(self) -> str:
         how = "cached" if self.cached else f"{self.calls} calls, {self.wall_s:.0f}s"
         units = f", {self.units} atomic units" if self.units else ""
+        units += f"; {self.ungrounded} ungrounded facts dropped" if self.ungrounded else ""
         return (f"facts: {self.active_facts} active{units} for {self.users} users from "
                 f"{self.turns} turn-pairs ({how}; {self.skipped_calls} chunks skipped as "
                 "invalid output)")
@@ -91,8 +93,11 @@ def cache_key(
         h.update(json.dumps(value, sort_keys=True, default=str).encode())
         h.update(b"\x1e")
 
-    add({"model": model_id, "turns_per_call": cfg.turns_per_call, "max_tokens": cfg.max_tokens,
-         "retries": cfg.retries})
+    settings = {"model": model_id, "turns_per_call": cfg.turns_per_call,
+                "max_tokens": cfg.max_tokens, "retries": cfg.retries}
+    if cfg.grounding:  # entries made before grounding existed were ungrounded: keep their key
+        settings["grounding"] = True
+    add(settings)
     add([asdict(f) for f in schema.fields])
     add([(m.role, m.content) for m in extraction_prompt(schema, [_PROBE_TURN])])
     for conv in conversations:
@@ -172,7 +177,8 @@ def _extract(
 ) -> ExtractionStats:
     from tqdm.auto import tqdm
 
-    extractor = Extractor(backend, schema, store, max_tokens=cfg.max_tokens, retries=cfg.retries)
+    extractor = Extractor(backend, schema, store, max_tokens=cfg.max_tokens, retries=cfg.retries,
+                          grounding=cfg.grounding)
     work = [(c.sample_id, chunk) for c in conversations
             for chunk in chunks([r.pair for r in c.records], cfg.turns_per_call)]
     stats = ExtractionStats(key, cached=False, users=len({u for u, _ in work}),
@@ -185,6 +191,7 @@ def _extract(
             stats.calls += 1
             stats.skipped_calls += result.skipped_reason is not None
             stats.facts_written += result.facts_written
+            stats.ungrounded += result.ungrounded
             stats.model_s += result.latency_s
             stats.units += len(result.units)
             units.writelines(json.dumps(asdict(u), ensure_ascii=False) + "\n"

@@ -226,7 +226,7 @@ def test_invalid_then_valid_is_retried_once(store, caplog):
     valid = output(fact("user.pet", "a dog named Rex"))
     backend = mock("here you go: the user has a dog",
                    rules=({"match": "output was invalid", "answer": template(valid)},))
-    result = Extractor(backend, SCHEMA, store).extract(USER, [turn(0, "My dog Rex ...")])
+    result = Extractor(backend, SCHEMA, store).extract(USER, [turn(0, "I have a dog named Rex.")])
     assert (result.facts_written, result.attempts, result.skipped_reason) == (1, 2, None)
     assert store.active(USER)[0].value == "a dog named Rex"
 
@@ -278,7 +278,7 @@ def test_lock_held_elsewhere_skips(store):
     assert backend.last_options is None  # the model was never called
     assert store.active(USER) == []
     # released: the next run extracts
-    assert Extractor(backend, SCHEMA, store).extract(USER, [turn(0, "x")]).facts_written == 1
+    assert Extractor(backend, SCHEMA, store).extract(USER, [turn(0, "budget 50")]).facts_written == 1
 
 
 def test_two_threads_one_user_exactly_one_runs(store):
@@ -306,7 +306,7 @@ def test_other_users_are_not_blocked(store):
     backend = mock(output(fact("user.budget", "50")))
     assert store.try_user_lock(USER, owner="other-run")
     bob = "acme:bob"
-    result = Extractor(backend, SCHEMA, store).extract(bob, [turn(0, "budget", user=bob)])
+    result = Extractor(backend, SCHEMA, store).extract(bob, [turn(0, "budget 50", user=bob)])
     assert result.facts_written == 1 and store.active(USER) == []
 
 
@@ -441,18 +441,18 @@ def test_the_extractor_hands_units_to_its_sink_after_the_facts(store):
     answer = with_units([fact("user.pet", "a dog named Biscuit")],
                         [{"text": DOG, "turn": 0}, {"text": DOG.replace("named", "called"), "turn": 0}])
     sink = Sink()
-    result = Extractor(mock(answer), SCHEMA, store, unit_sink=sink).extract(USER, [turn(0, "a")])
+    result = Extractor(mock(answer), SCHEMA, store, unit_sink=sink).extract(USER, [turn(0, "I adopted a dog named Biscuit.")])
     assert (result.facts_written, result.units_written, result.units_suppressed) == (1, 1, 1)
     assert [u.text for u in result.units] == [DOG, DOG.replace("named", "called")]
     assert sink.got[0][0] == USER and len(sink.got[0][1]) == 2
-    no_sink = Extractor(mock(answer), SCHEMA, store).extract(USER, [turn(0, "a")])
+    no_sink = Extractor(mock(answer), SCHEMA, store).extract(USER, [turn(0, "I adopted a dog named Biscuit.")])
     assert len(no_sink.units) == 2 and no_sink.units_written == 0
 
 
 def test_a_failing_sink_propagates_after_the_facts_are_stored(store):
     answer = with_units([fact("user.pet", "a dog named Biscuit")], [{"text": DOG, "turn": 0}])
     with pytest.raises(RuntimeError):
-        Extractor(mock(answer), SCHEMA, store, unit_sink=Sink(fail=True)).extract(USER, [turn(0, "a")])
+        Extractor(mock(answer), SCHEMA, store, unit_sink=Sink(fail=True)).extract(USER, [turn(0, "I adopted a dog named Biscuit.")])
     assert [f.value for f in store.active(USER, now=T0 + 60)] == ["a dog named Biscuit"]
 
 

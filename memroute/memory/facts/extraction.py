@@ -42,6 +42,7 @@ from memroute.memory.facts.extraction_schema import (
     parse_extraction_output,
     retry_prompt,
 )
+from memroute.memory.facts.grounding import ground
 from memroute.memory.facts.store import FactStore
 from memroute.memory.facts.types import Fact, UserErased
 from memroute.types import TurnPair, validate_user_id
@@ -78,6 +79,7 @@ class ExtractionResult:
     units: tuple[ExtractedUnit, ...] = ()  # the output's atomic context units, in output order
     units_written: int = 0  # given to the unit sink and stored
     units_suppressed: int = 0  # near-duplicates the sink did not store
+    ungrounded: int = 0  # valid facts dropped: their turn does not state them (grounding.py)
 
 
 class Extractor:
@@ -93,6 +95,7 @@ class Extractor:
         max_tokens: int = ExtractionConfig.max_tokens,
         retries: int = ExtractionConfig.retries,
         unit_sink: UnitSink | None = None,
+        grounding: bool = ExtractionConfig.grounding,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
@@ -106,13 +109,15 @@ class Extractor:
         self.max_tokens = max_tokens
         self.retries = retries
         self.unit_sink = unit_sink
+        self.grounding = bool(grounding)
 
     @classmethod
     def from_config(cls, backend: Backend, store: FactStore, cfg: ExtractionConfig, *,
                     unit_sink: UnitSink | None = None) -> Extractor:
         check_extraction_config(cfg)
         return cls(backend, ExtractionSchema.from_config(cfg.fields), store,
-                   max_tokens=cfg.max_tokens, retries=cfg.retries, unit_sink=unit_sink)
+                   max_tokens=cfg.max_tokens, retries=cfg.retries, unit_sink=unit_sink,
+                   grounding=cfg.grounding)
 
     def extract(
         self, user_id: str, turns: Sequence[TurnPair], *, erasure_mark: int | None = None
@@ -155,7 +160,10 @@ class Extractor:
                 continue
             # conversation order (stable): a later turn's value supersedes an earlier one's
             order = {t.id: i for i, t in enumerate(turns)}
-            facts = sorted(parsed.facts, key=lambda f: order[f.turn_id])
+            facts, ungrounded = list(parsed.facts), 0
+            if self.grounding:
+                facts, ungrounded = ground(facts, {t.id: t for t in turns})
+            facts.sort(key=lambda f: order[f.turn_id])
             try:
                 stored = tuple(self.store.assert_fact(uid, f, unless_erased_after=mark)
                                for f in facts)
@@ -170,7 +178,7 @@ class Extractor:
                 written, suppressed = int(report.written), int(report.suppressed)
             return ExtractionResult(len(stored), attempt, None, stored, latency_s=latency,
                                     units=tuple(parsed.units), units_written=written,
-                                    units_suppressed=suppressed)
+                                    units_suppressed=suppressed, ungrounded=ungrounded)
         attempts = self.retries + 1
         log.warning("fact extraction for %s skipped after %d invalid output(s) from %s: %s",
                     uid, attempts, getattr(self.backend, "model_id", "?"), error)
