@@ -113,6 +113,15 @@ class ModelConfig:
     api_key_env: Optional[str] = None  # openai_http: env var holding the key
     served_model: Optional[str] = None  # openai_http: model name on the server
     engine_args: dict[str, Any] = field(default_factory=dict)  # passed to the engine as is
+    # Architecture facts for the accelerator fit check (config/accelerator_fit.py), from the
+    # model's published config.json; None: that model is not checked.
+    num_layers: Optional[int] = None  # noqa: UP045
+    num_kv_heads: Optional[int] = None  # noqa: UP045  GQA: fewer than the attention heads
+    head_dim: Optional[int] = None  # noqa: UP045
+    weight_bits: Optional[int] = None  # noqa: UP045  16 bf16, 8 fp8, 4 AWQ/GPTQ int4
+    # Parameters the weights hold when params_b is EffCost's rounded P (Qwen3-8B: P 8, 8.2B
+    # weights); None: params_b. Only the fit check reads it, so prices stay as they were.
+    weight_params_b: Optional[float] = None  # noqa: UP045
 
 
 def ordered_cascade(cascade: dict[str, ModelConfig], *, field: str = "cascade") -> list[ModelConfig]:

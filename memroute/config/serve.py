@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memroute.config.accelerator_fit import AcceleratorConfig, check_accelerator_fit
 from memroute.config.api import ApiConfig, check_api_config
 from memroute.config.extraction import ExtractionConfig, check_extraction_config
 from memroute.config.facts import FactsConfig, check_facts_config
@@ -114,6 +115,7 @@ class ServeConfig:
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
     cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
     deploy: dict[str, TierDeployConfig] = field(default_factory=dict)  # hosting of cascade slots
+    accelerator: AcceleratorConfig = field(default_factory=AcceleratorConfig)  # GPU presets set it
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
@@ -211,6 +213,7 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
             raise ConfigError("num_cpus and num_gpus must be >= 0", field=f"{where}.num_cpus")
         if d.max_batch_size < 1:
             raise ConfigError("max_batch_size must be >= 1", field=f"{where}.max_batch_size")
+    check_accelerator_fit(cfg.accelerator, tiers)  # after num_gpus >= 0 is known
     _check_autoscaling(cfg.ingress.autoscaling, "ingress.autoscaling")
     sh = cfg.shadow
     if not 0.0 <= sh.share <= 1.0:
