@@ -123,7 +123,7 @@ class ServeConfig:
     journal: JournalConfig = field(default_factory=JournalConfig)
     # url "" (the default): a SQLite file beside the journal (served_facts_config)
     facts: FactsConfig = field(default_factory=lambda: FactsConfig(url=""))
-    # facts from conversation, by the first tier, in the background (extraction_lane.py)
+    # facts from conversation, by the first tier, in the background (memory/facts/lane.py)
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
     # atomic context units from extraction, in Milvus beside the turn-pairs (memory/units.py)
     units: UnitsConfig = field(default_factory=UnitsConfig)
