@@ -278,7 +278,12 @@ def facts(cfg: FactsConfig) -> FactStore:
 
 
 def journal(cfg: JournalConfig) -> Journal:
-    """The durable journal; the path made absolute (a Ray replica's working directory differs)."""
+    """The durable journal: PostgreSQL when ``journal.url`` is set (shared by every replica),
+    else the SQLite file, its path made absolute (a Ray replica's working directory differs)."""
+    if cfg.url:
+        from memroute.journal.postgres_journal import PostgresJournal
+
+        return PostgresJournal(cfg.url)  # type: ignore[return-value]  # the same interface
     from memroute.journal.sqlite_journal import Journal
 
     return Journal(Path(cfg.path).expanduser().resolve())

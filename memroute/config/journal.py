@@ -10,6 +10,11 @@ from memroute.errors import ConfigError
 @dataclass
 class JournalConfig:
     path: str = ".memroute/journal.sqlite3"  # SQLite file (WAL); one per serving process
+    # "" (the default): the SQLite file above. postgresql://...: one journal shared by every
+    # ingress replica (memroute/journal/postgres_journal.py); flushers then claim batches with
+    # a lease, so each entry is written by one of them, and a killed one's batch is taken over.
+    url: str = ""
+    lease_s: float = 60.0  # a claimed batch's lease (postgresql): longer than a store write
     batch_size: int = 64  # turn-pairs per store write
     interval_s: float = 0.5  # after a wake-up, wait up to this long for a fuller batch
     # Longest wait between retries while the store fails; the serving app also probes the store
@@ -27,6 +32,14 @@ def check_journal_config(cfg: JournalConfig) -> JournalConfig:
     """Raise :class:`ConfigError` naming the bad ``journal.*`` field."""
     if not isinstance(cfg.path, str) or not cfg.path.strip():
         raise ConfigError("path must be a non-empty string", field="journal.path")
+    if not isinstance(cfg.url, str) or (cfg.url and not cfg.url.startswith(
+            ("postgresql://", "postgresql+psycopg://"))):
+        raise ConfigError(f"url must be empty (SQLite at journal.path) or postgresql://..., got "
+                          f"{str(cfg.url)[:40]!r}", field="journal.url")
+    lease = cfg.lease_s
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 1 <= lease <= 86400:
+        raise ConfigError(f"lease_s must be a number of seconds in [1, 86400], got {lease!r}",
+                          field="journal.lease_s")
     for name in ("batch_size", "ready_max_pending"):
         size = getattr(cfg, name)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:

@@ -32,8 +32,11 @@ up in the store exactly once.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -79,6 +82,7 @@ class Flusher:
         on_erased: ErasedFn | None = None,
         probe_fn: Callable[[], object] | None = None,
         probe_interval_s: float = 1.0,
+        lease_s: float = 60.0,
     ) -> None:
         check_journal_config(
             JournalConfig(
@@ -108,6 +112,12 @@ class Flusher:
         self._thread: threading.Thread | None = None
         self._drain_lock = threading.Lock()
         self._stats = FlusherStats()
+        # A journal shared by several replicas (PostgreSQL) hands out batches by lease: this
+        # flusher claims under its own name, and polls, since other replicas' appends wake
+        # nobody here.
+        self.shared = callable(getattr(journal, "claim", None))
+        self.lease_s = float(lease_s)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
     @classmethod
     def from_config(
@@ -122,6 +132,7 @@ class Flusher:
             max_backoff_s=cfg.max_backoff_s,
             on_erased=on_erased,
             probe_fn=probe_fn,
+            lease_s=cfg.lease_s,
         )
 
     # -------------------------------------------------------------- lifecycle
@@ -201,7 +212,7 @@ class Flusher:
             try:
                 while not (stop_early and self._stopping):
                     with self.journal.store_gate():  # an erasure waits for this batch
-                        entries = self.journal.pending(self.batch_size, max_seq=upto)
+                        entries = self._next_batch(upto)
                         if not entries:
                             break
                         total += self._write(entries)
@@ -209,6 +220,18 @@ class Flusher:
                 with self._cond:
                     self._cond.notify_all()  # wake wait_drained()
             return total
+
+    def _next_batch(self, upto: int) -> list[JournalEntry]:
+        """Pending entries up to seq ``upto``; on a shared journal, claimed for this flusher
+        (what it claimed past ``upto`` is given back, so a drain ends)."""
+        if not self.shared:
+            return self.journal.pending(self.batch_size, max_seq=upto)
+        claimed = self.journal.claim(self.batch_size, owner=self.owner,  # type: ignore[attr-defined]
+                                     lease_s=self.lease_s)
+        later = [e.seq for e in claimed if e.seq > upto]
+        if later:
+            self.journal.release(later, owner=self.owner)  # type: ignore[attr-defined]
+        return [e for e in claimed if e.seq <= upto]
 
     def _write(self, entries: Sequence[JournalEntry]) -> int:
         try:
@@ -270,9 +293,13 @@ class Flusher:
                 if delay > 0:
                     self._sleep(delay)
                 elif not first:
+                    # a shared journal is polled: other replicas' appends wake nobody here
+                    poll = max(self.interval_s, 0.05) if self.shared else None
                     while not self._stopping and self._new == 0:
-                        self._cond.wait()
-                    self._linger()
+                        if not self._cond.wait(poll) and self.shared:
+                            break
+                    if self._new:
+                        self._linger()
                 if self._stopping:
                     return
                 self._new = 0
