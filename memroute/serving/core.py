@@ -91,8 +91,11 @@ class ServingCore:
         self.units = mem.units  # None: units off
         self.journal = build.journal(cfg.journal)
         self.facts = build.facts(served_facts_config(cfg))
+        # Idempotency-Key answers: the SQLite journal's file, or (a PostgreSQL journal) a
+        # SQLite file of this replica at journal.path
         self.idempotency = IdempotencyStore(
-            self.journal.path, ttl_s=cfg.journal.idempotency_ttl_s,
+            cfg.journal.path if cfg.journal.url else self.journal.path,
+            ttl_s=cfg.journal.idempotency_ttl_s,
             lease_s=cfg.journal.idempotency_lease_s,
         )
         self._claims: dict[int, Started] = {}  # id(PreparedChat) -> its claim, until answered

@@ -114,6 +114,7 @@ def test_two_serving_cores_share_one_postgres_journal(tmp_path, monkeypatch, pos
                     "messages": [{"role": "user", "content": f"note {k}: my locker is {k}"}]}
             assert call_like_ingress(core, body).status == 200
             assert isinstance(core.journal, PostgresJournal)
+            assert core.idempotency.path == (tmp_path / "unused.sqlite3").resolve()
         for core in cores:
             core.drain()
         stored = [p for core in cores for p in core.test_retriever.pairs]
