@@ -70,3 +70,9 @@ lock: install
 
 clean:
 	rm -rf $(VENV) .memroute
+
+# serveConfigV2 of infra/kuberay/rayservice.yaml, rendered from serve.app:build_app by Ray's
+# `serve build` (infra/render.py); tests/unit/test_manifests.py fails when it is out of date.
+.PHONY: manifests
+manifests:  # needs the venv (`make install`)
+	$(PY) infra/render.py
