@@ -71,6 +71,9 @@ class RetrievalConfig:
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     bm25_backend: str = "inprocess"  # inprocess | milvus (needs memory.bm25_function)
+    # inprocess: the per-user BM25 indexes' memory cap, least recently used evicted (0: none;
+    # ~10 MB per 1,000 memories of 40 words, mostly the term sets); also bounded to 256 users
+    bm25_cache_mb: float = 512.0
     ngram: int = 1  # word n-grams added to BM25 tokens (1 = unigrams: better recall, stemmed)
     dominant_overlap: float = 0.5  # bm25_dominant: promote sparse hits above this query-term overlap
     stem: bool = True  # Snowball-stem BM25 words (query and memories alike)

@@ -11,6 +11,7 @@ new users would be lost; see bench/bench_bm25.py for speed and ranking agreement
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -59,7 +60,8 @@ class BM25Index:
         self._ids = np.fromiter(by_id.keys(), dtype=np.int64, count=len(by_id))
         tokens = [tokenize(text, ngram, stem) for text in by_id.values()]
         # Term sets for query-term overlap (bm25_dominant); include variants like "zx4471".
-        self._term_sets = {doc_id: frozenset(t) for doc_id, t in zip(by_id, tokens)}
+        # interned: a term shared by many documents is one string, not one per document
+        self._term_sets = {doc_id: frozenset(map(sys.intern, t)) for doc_id, t in zip(by_id, tokens)}
         self._doc_freq: Counter[str] | None = None  # built on first df_ratio()
         self._engine = None
         self._vocab: dict[str, int] = {}
@@ -75,6 +77,20 @@ class BM25Index:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    def nbytes(self) -> int:
+        """Approximate memory held: the engine's score matrix, its vocabulary and the term
+        sets (their tables, and each distinct interned term once), by ``sys.getsizeof``."""
+        n = int(self._ids.nbytes)
+        if self._engine is not None:
+            scores = self._engine.scores
+            n += sum(int(getattr(scores.get(k), "nbytes", 0)) for k in ("data", "indices", "indptr"))
+            n += sum(sys.getsizeof(t) + DICT_SLOT_BYTES for t in self._vocab)
+        distinct: set[str] = set()
+        for terms in self._term_sets.values():
+            n += sys.getsizeof(terms)
+            distinct.update(terms)
+        return n + sum(sys.getsizeof(t) for t in distinct)
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every document (index order) for ``query``."""
@@ -153,8 +169,37 @@ class MemoryIndex:
     def __len__(self) -> int:
         return len(self.memories)
 
+    @cached_property
+    def nbytes(self) -> int:
+        """Approximate memory held: the index and the memories' texts and objects."""
+        return self.index.nbytes() + sum(sys.getsizeof(m.text) + MEMORY_OBJECT_BYTES
+                                         for m in self.memories.values())
+
 
 Loader = Callable[[str], Sequence[Memory]]
+
+
+def _cap_bytes(mb: object) -> int:
+    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not 0 <= mb <= 1_048_576:
+        raise ConfigError(f"bm25_cache_mb must be a number of MB in [0, 1048576], got {mb!r}",
+                          field="retrieval.bm25_cache_mb")
+    return int(mb * 2**20)
+
+
+DICT_SLOT_BYTES = 24  # a dict entry's share of its table (hash, key, value pointers)
+MEMORY_OBJECT_BYTES = 200  # a Memory dataclass instance, its small fields and its dict slot
+
+
+@dataclass
+class CacheStats:
+    """What the per-user BM25 cache did (``/healthz``, the scale benchmark)."""
+
+    users: int = 0  # indexes held now
+    bytes: int = 0  # their approximate size (MemoryIndex.nbytes)
+    max_bytes: int = 0  # the cap (0: none)
+    hits: int = 0
+    misses: int = 0  # an index built from the store
+    evictions: int = 0  # indexes dropped for the user or byte cap (not erasure / invalidation)
 
 
 class BM25Cache:
@@ -176,13 +221,20 @@ class BM25Cache:
         method: str = DEFAULT_METHOD,
         stem: bool = False,
         max_users: int = 256,
+        max_bytes: int = 0,
     ) -> None:
         if max_users < 1:
             raise ConfigError("max_users must be >= 1", field="bm25.max_users")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ConfigError("max_bytes must be an integer >= 0 (0: no byte cap)",
+                              field="retrieval.bm25_cache_mb")
         self._loader = loader
         self.k1, self.b, self.ngram, self.method, self.stem = k1, b, ngram, method, stem
         self._build([])  # validates the parameters now rather than on the first search
         self.max_users = max_users
+        self.max_bytes = max_bytes
+        self._bytes = 0  # sum of the cached entries' nbytes
+        self._hits = self._evictions = 0
         self._entries: OrderedDict[str, MemoryIndex] = OrderedDict()
         self._generation: dict[str, int] = {}  # bumped by invalidate(uid)
         self._tenant_generation: dict[str, int] = {}  # bumped by forget_tenant(tenant)
@@ -197,8 +249,36 @@ class BM25Cache:
     ) -> BM25Cache:
         return cls(
             loader, k1=cfg.bm25_k1, b=cfg.bm25_b, ngram=cfg.ngram, method=method,
-            stem=cfg.stem, max_users=max_users,
+            stem=cfg.stem, max_users=max_users, max_bytes=_cap_bytes(cfg.bm25_cache_mb),
         )
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(len(self._entries), self._bytes, self.max_bytes, self._hits,
+                              self.builds, self._evictions)
+
+    def _put(self, uid: str, entry: MemoryIndex) -> None:
+        """Cache ``entry`` as the newest, then evict the least recently used past either cap
+        (the newest always stays: one user larger than the cap is still served from memory
+        until the next user comes). Caller holds the lock."""
+        old = self._entries.pop(uid, None)
+        if old is not None:
+            self._bytes -= old.nbytes
+        self._entries[uid] = entry
+        self._bytes += entry.nbytes
+        while len(self._entries) > 1 and (
+                len(self._entries) > self.max_users
+                or (self.max_bytes and self._bytes > self.max_bytes)):
+            _, gone = self._entries.popitem(last=False)
+            self._bytes -= gone.nbytes
+            self._evictions += 1
+
+    def _drop(self, uid: str) -> bool:
+        """Forget ``uid``'s entry (invalidation, erasure). Caller holds the lock."""
+        gone = self._entries.pop(uid, None)
+        if gone is not None:
+            self._bytes -= gone.nbytes
+        return gone is not None
 
     def get(self, user_id: str) -> MemoryIndex:
         uid = validate_user_id(user_id)
@@ -206,18 +286,17 @@ class BM25Cache:
             entry = self._entries.get(uid)
             if entry is not None:
                 self._entries.move_to_end(uid)
+                self._hits += 1
                 return entry
             stamp = self._stamp(uid)
         memories = list(self._loader(uid))  # outside the lock: a store round trip
         entry = self._build(memories)
+        entry.nbytes  # noqa: B018 - sized here, outside the lock
         with self._lock:
             self.builds += 1
             # Cache it only if no invalidation happened while it was being built.
             if self._stamp(uid) == stamp:
-                self._entries[uid] = entry
-                self._entries.move_to_end(uid)
-                while len(self._entries) > self.max_users:
-                    self._entries.popitem(last=False)
+                self._put(uid, entry)
         return entry
 
     def _build(self, memories: Sequence[Memory]) -> MemoryIndex:
@@ -239,21 +318,20 @@ class BM25Cache:
                 # Bumped first: a build from the store that started before this write is stale.
                 self._generation[uid] = self._generation.get(uid, 0) + 1
                 stamp = self._stamp(uid)
-                entry = self._entries.pop(uid, None)
+                entry = self._entries.get(uid)
+                self._drop(uid)
             if entry is None:
                 continue
             merged = {**entry.memories, **{m.id: m for m in new}}
             rebuilt = self._build(list(merged.values()))
+            rebuilt.nbytes  # noqa: B018 - sized here, outside the lock
             with self._lock:
                 if self._stamp(uid) == stamp:
-                    self._entries[uid] = rebuilt
-                    self._entries.move_to_end(uid)
-                    while len(self._entries) > self.max_users:
-                        self._entries.popitem(last=False)
+                    self._put(uid, rebuilt)
 
     def invalidate(self, user_id: str) -> None:
         with self._lock:
-            self._entries.pop(user_id, None)
+            self._drop(user_id)
             self._generation[user_id] = self._generation.get(user_id, 0) + 1
 
     def _stamp(self, uid: str) -> tuple[int, int, int]:
@@ -266,7 +344,7 @@ class BM25Cache:
         from the store meanwhile is not cached. True if one was cached."""
         uid = validate_user_id(user_id)
         with self._lock:
-            found = self._entries.pop(uid, None) is not None
+            found = self._drop(uid)
             self._generation[uid] = self._generation.get(uid, 0) + 1
         return found
 
@@ -277,7 +355,7 @@ class BM25Cache:
             self._tenant_generation[tenant] = self._tenant_generation.get(tenant, 0) + 1
             gone = [uid for uid in self._entries if uid.startswith(prefix)]
             for uid in gone:
-                del self._entries[uid]
+                self._drop(uid)
         return len(gone)
 
     def invalidate_many(self, user_ids: Iterable[str]) -> None:
@@ -288,6 +366,7 @@ class BM25Cache:
         with self._lock:
             self._epoch += 1
             self._entries.clear()
+            self._bytes = 0
 
     def __contains__(self, user_id: object) -> bool:
         with self._lock:

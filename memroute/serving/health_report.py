@@ -8,6 +8,7 @@ exception: liveness must answer whatever else is broken.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 from memroute.journal.flusher import error_text
@@ -46,6 +47,9 @@ def health_report(core: Any, *, probe_store: bool = False) -> dict[str, Any]:
     }
     if core.fact_store_misses:
         report["fact_store_misses"] = core.fact_store_misses
+    bm25 = getattr(getattr(core.retriever, "retriever", core.retriever), "bm25", None)
+    if bm25 is not None and hasattr(bm25, "stats"):  # the per-user BM25 indexes in this process
+        report["bm25_cache"] = asdict(bm25.stats())
     for name in ("shadow", "extraction", "units"):
         part = getattr(core, name, None)
         if part is None:

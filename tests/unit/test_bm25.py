@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -176,6 +177,51 @@ def test_cache_is_per_user_and_lru_bounded():
     cache.get("b")
     cache.get("c")
     assert "a" not in cache and "b" in cache and "c" in cache
+
+
+def test_cache_evicts_the_least_recently_used_past_its_byte_cap_and_counts():
+    loader = Loader()
+    for u in ("a", "b", "c"):
+        loader.rows[u] = [mem(i, u, f"secret {u} note number {i} about {u}{i}") for i in range(50)]
+    sizes = {u: BM25Cache(loader).get(u).nbytes for u in "abc"}
+    assert all(n > 50 * 100 for n in sizes.values())  # texts, term sets, the score matrix
+    loader.calls.clear()
+    cache = BM25Cache(loader, max_bytes=sizes["a"] + sizes["b"] + 1)
+    cache.get("a")
+    cache.get("b")
+    cache.get("a")  # a hit: "a" is now the most recently used
+    cache.get("c")  # over the cap: "b", the least recently used, goes
+    assert "a" in cache and "b" not in cache and "c" in cache
+    stats = cache.stats()
+    assert (stats.users, stats.hits, stats.misses, stats.evictions) == (2, 1, 3, 1)
+    assert stats.bytes == sizes["a"] + sizes["c"] and stats.max_bytes == sizes["a"] + sizes["b"] + 1
+    cache.invalidate("a")
+    cache.forget_tenant("zz")  # nothing of it cached
+    assert cache.stats().bytes == sizes["c"] and cache.stats().evictions == 1  # not an eviction
+    one = BM25Cache(loader, max_bytes=1)  # one user larger than the cap is still kept
+    one.get("a")
+    assert "a" in one and one.stats().users == 1
+    one.get("b")
+    assert "a" not in one and one.stats().evictions == 1
+    with pytest.raises(ConfigError) as err:
+        BM25Cache.from_config(loader, RetrievalConfig(bm25_cache_mb=-1))
+    assert err.value.field == "retrieval.bm25_cache_mb"
+
+
+def test_the_size_estimate_is_close_to_what_python_allocates():
+    import tracemalloc
+
+    rows = [mem(i, "u", f"note {i}: the {i % 7} blue {i % 13} kayak trip {i * 3}")
+            for i in range(300)]
+    BM25Cache(lambda uid: rows).get("u")  # imports and caches warmed outside the trace
+    tracemalloc.start()
+    try:
+        entry = BM25Cache(lambda uid: rows).get("u")
+        traced, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    texts = sum(sys.getsizeof(m.text) for m in rows)  # allocated before the trace
+    assert 0.6 < (entry.nbytes - texts) / traced < 1.6
 
 
 def test_index_built_during_an_invalidation_is_not_cached():
