@@ -56,6 +56,7 @@ class ExtractionConfig:
     retries: int = 1  # invalid output is retried this often, then logged and skipped
     # keep a fact only if its source turn states the value, under one key (facts/grounding.py)
     grounding: bool = True
+    tier: int = 0  # the cascade tier that extracts (0: the cheapest)
     fields: list[dict[str, str]] = field(default_factory=lambda: [dict(f) for f in DEFAULT_FIELDS])
 
 
@@ -111,6 +112,7 @@ def check_extraction_config(cfg: ExtractionConfig) -> ExtractionConfig:
     _int_in(cfg, "threshold_tokens", 1, 10_000_000)
     _int_in(cfg, "max_tokens", 16, 32_768)
     _int_in(cfg, "retries", 0, 5)
+    _int_in(cfg, "tier", 0, 63)
     if not isinstance(cfg.grounding, bool):
         raise ConfigError(f"grounding must be true or false, got {cfg.grounding!r}",
                           field="extraction.grounding")

@@ -28,6 +28,7 @@ class FactLayerConfig:
     max_tokens: int = 512  # the extraction reply's budget
     retries: int = 1  # an invalid output is retried this often, then that chunk is skipped
     grounding: bool = True  # drop facts their turn does not state (memory/facts/grounding.py)
+    tier: int = 0  # the cascade tier that extracts (0: the first, as in serving)
     # Atomic context units in the reply too; off by default: these conditions inject facts,
     # and a facts-only reply is about half as long (extraction is most of the run's time).
     units: bool = False  # the *_units conditions turn it on for their run
@@ -49,7 +50,7 @@ def fact_layer_fields(cfg: FactLayerConfig, dataset: str) -> list[dict[str, str]
 
 def check_fact_layer_config(cfg: FactLayerConfig) -> FactLayerConfig:
     for name, low, high in (("turns_per_call", 1, 256), ("max_tokens", 16, 32_768),
-                            ("retries", 0, 5), ("unit_k", 1, 100)):
+                            ("retries", 0, 5), ("unit_k", 1, 100), ("tier", 0, 63)):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}",

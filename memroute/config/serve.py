@@ -187,6 +187,9 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
     check_journal_config(cfg.journal)
     check_facts_config(served_facts_config(cfg))
     check_extraction_config(cfg.extraction)
+    if cfg.extraction.enabled and cfg.extraction.tier >= len(tiers):
+        raise ConfigError(f"extraction.tier {cfg.extraction.tier} is not a tier of the "
+                          f"{len(tiers)}-tier cascade", field="extraction.tier")
     check_units_config(cfg.units)
     check_search_config(cfg.search)
     if cfg.http.host not in ("127.0.0.1", "localhost", "::1") and not cfg.http.allow_public_bind:

@@ -19,6 +19,7 @@ from memroute.config.schema import is_server_uri, ordered_cascade
 from memroute.config.units import UnitsConfig
 from memroute.datasets.conversations import as_eval_conversation
 from memroute.datasets.registry import dataset_conversations
+from memroute.errors import ConfigError
 from memroute.eval.benchmark import ConditionTiming, ingest, run_conditions
 from memroute.eval.causes import CAUSES, WRONG_BELOW, add_causes
 from memroute.eval.conditions import CONDITIONS
@@ -87,15 +88,23 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
     try:
         # Only the tiers the selected conditions call are loaded (a capacity sweep on
         # warm_memory_only never loads the large model).
-        tiers = build.tiers(models, assets, load=needed_tiers(cfg.conditions, len(models)), on_ready=build.say_ready)
         chosen = [CONDITIONS.get(c, field="conditions") for c in cfg.conditions]
         want_units = any(c.units for c in chosen)
-        if want_units or any(c.facts for c in chosen):
+        want_layer = want_units or any(c.facts for c in chosen)
+        load = needed_tiers(cfg.conditions, len(models))
+        if want_layer:
+            if not cfg.fact_layer.tier < len(models):
+                raise ConfigError(f"fact_layer.tier {cfg.fact_layer.tier} is not a tier of the "
+                                  f"{len(models)}-tier cascade", field="fact_layer.tier")
+            load.add(cfg.fact_layer.tier)
+        tiers = build.tiers(models, assets, load=load, on_ready=build.say_ready)
+        if want_layer:
             # The fact layer: the first model extracts each user's facts (and, for the units
             # conditions, atomic units) once; cached on disk.
             layer_cfg = replace(cfg.fact_layer, units=cfg.fact_layer.units or want_units)
             facts, fact_stats = build_fact_layer(
-                [as_eval_conversation(c) for c in conversations], tiers[0].backend,
+                [as_eval_conversation(c) for c in conversations],
+                tiers[cfg.fact_layer.tier].backend,
                 fact_layer_fields(cfg.fact_layer, cfg.dataset.name), layer_cfg, run_dir,
                 progress=progress)
             print(fact_stats.line())

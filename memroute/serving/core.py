@@ -135,10 +135,11 @@ class ServingCore:
                            max_tokens=cfg.router.max_tokens, registry=self.registry)
 
     def _extraction_lane(self, cfg: ServeConfig) -> ExtractionLane | None:
-        """Facts and atomic context units from conversation, by the first tier, off the path."""
+        """Facts and atomic context units from conversation, by ``extraction.tier``, off the
+        request path."""
         if not cfg.extraction.enabled:
             return None
-        backend = self.router.tiers[0].backend
+        backend = self.router.tiers[cfg.extraction.tier].backend
         extractor = Extractor.from_config(backend, self.facts, cfg.extraction,
                                           unit_sink=self.units)
         return ExtractionLane(extractor, queue=self.facts.queue,

@@ -137,3 +137,11 @@ def test_presets_module_builds_applications_for_serve_build():
     assert isinstance(presets.cpu_tiny, Application)  # what `serve build serve.presets:cpu_tiny` imports
     with pytest.raises(AttributeError, match="available"):
         presets.nonexistent  # noqa: B018
+
+
+def test_the_extraction_tier_must_be_a_tier_of_the_cascade():
+    cfg = compose_serve_config("cpu-tiny", ["extraction.tier=1"])
+    assert check_serve_config(cfg).extraction.tier == 1  # the larger model extracts
+    with pytest.raises(ConfigError) as err:
+        check_serve_config(compose_serve_config("cpu-tiny", ["extraction.tier=2"]))
+    assert err.value.field == "extraction.tier"

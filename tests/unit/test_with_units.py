@@ -92,7 +92,8 @@ def test_evidence_recall_counts_a_unit_as_its_turn_once():
 
 def test_fact_layer_config_checks_the_unit_settings():
     for bad, field in (({"unit_k": 0}, "fact_layer.unit_k"),
-                       ({"unit_weight": -1.0}, "fact_layer.unit_weight")):
+                       ({"unit_weight": -1.0}, "fact_layer.unit_weight"),
+                       ({"tier": -1}, "fact_layer.tier")):
         with pytest.raises(ConfigError) as err:
             check_fact_layer_config(FactLayerConfig(**bad))
         assert err.value.field == field
