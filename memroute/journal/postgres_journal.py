@@ -53,6 +53,7 @@ from memroute.journal.sqlite_journal import (
     JournalStats,
     _check_actor,
     _check_limit,
+    erased_entries,
 )
 from memroute.journal.sqlite_setup import JournalError
 from memroute.memory.facts.schema import engine_url, open_engine
@@ -310,17 +311,7 @@ class PostgresJournal:
             {"seqs": [e.seq for e in entries]},
         )
         alive = {int(r[0]) for r in rows}
-        bounds: dict[str, int | None] = {}
-        out = []
-        for e in entries:
-            if e.seq in alive:
-                continue
-            uid = e.pair.user_id
-            if uid not in bounds:
-                bounds[uid] = self.erasure_seq(uid)
-            if (b := bounds[uid]) is not None and e.seq <= b:
-                out.append(e)
-        return out
+        return erased_entries(entries, alive, self.erasure_seq)
 
     def erasure_audit(self, limit: int = 100, *, target: str | None = None) -> list[AuditEntry]:
         """The newest ``limit`` audit rows (of one ``target``: a user id or a tenant), newest first."""

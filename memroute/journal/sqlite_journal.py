@@ -124,6 +124,25 @@ class JournalStats:
     oldest_pending_age_s: float | None  # None when nothing is pending
 
 
+
+def erased_entries(entries: Sequence[JournalEntry], alive: set[int],
+                   erasure_seq: Callable[[str], int | None]) -> list[JournalEntry]:
+    """Of ``entries``, those not ``alive`` (not in the journal as pending and unerased) that
+    an erasure covers: at or below their user's (or tenant's) boundary seq. Both journals'
+    ``erased_among``."""
+    bounds: dict[str, int | None] = {}
+    out = []
+    for e in entries:
+        if e.seq in alive:
+            continue
+        uid = e.pair.user_id
+        if uid not in bounds:
+            bounds[uid] = erasure_seq(uid)
+        if (b := bounds[uid]) is not None and e.seq <= b:
+            out.append(e)
+    return out
+
+
 class Journal:
     def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time):
         self.path = Path(path).expanduser().resolve()
@@ -302,17 +321,7 @@ class Journal:
                 chunk,
             )
             alive.update(int(r[0]) for r in rows)
-        bounds: dict[str, int | None] = {}
-        out = []
-        for e in entries:
-            if e.seq in alive:
-                continue
-            uid = e.pair.user_id
-            if uid not in bounds:
-                bounds[uid] = self.erasure_seq(uid)
-            if (b := bounds[uid]) is not None and e.seq <= b:
-                out.append(e)
-        return out
+        return erased_entries(entries, alive, self.erasure_seq)
 
     def erasure_audit(self, limit: int = 100, *, target: str | None = None) -> list[AuditEntry]:
         """The newest ``limit`` audit rows (of one ``target``: a user id or a tenant), newest first."""
