@@ -68,3 +68,18 @@ def test_the_extractor_stores_the_grounded_facts_and_counts_the_rest(tmp_path):
     with pytest.raises(ConfigError) as err:
         check_extraction_config(ExtractionConfig(grounding="yes"))
     assert err.value.field == "extraction.grounding"
+
+
+def test_a_value_stated_by_a_neighbouring_turn_moves_to_that_turn():
+    """The 0.5B model often cites the turn next to the one that says it."""
+    t0 = TurnPair(U, "s", 0, "I live in Lyon, close to the river.", "Nice.", 1_700_000_000)
+    t1 = TurnPair(U, "s", 1, "Our daily standup is at 9:30.", "Noted.", 1_700_000_000)
+    t2 = TurnPair(U, "s", 2, "We moved to Lyon's old town.", "Lovely.", 1_700_000_000)
+    calls = {t.id: t for t in (t0, t1, t2)}
+    kept, dropped = ground([FactInput("user.city", "Lyon", turn_id=t1.id),
+                            FactInput("user.standup_time", "9:30", turn_id=t2.id),
+                            FactInput("user.team", "Payments", turn_id=t1.id)], calls)
+    # Lyon: t0 and t2 both say it, equally near t1: the later one; 9:30: only t1 says it
+    assert [(f.key, f.turn_id) for f in kept] == [("user.city", t2.id),
+                                                  ("user.standup_time", t1.id)]
+    assert dropped == 1  # no turn of the call says "Payments"
