@@ -63,7 +63,7 @@ EXPECTED = {  # the whole line where it is fixed by the config alone
         "error [dataset]: Unknown dataset config 'locomoo'. Available: locomo, longmemeval, "
         "synthetic, traces",
     ("serve", ("serve=cpuu",)):
-        "error [serve]: Unknown serve config 'cpuu'. Available: cpu, cpu-tiny, external, gpu",
+        "error [serve]: Unknown serve config 'cpuu'. Available: cpu, cpu-tiny, external, gpu, gpu-a100-80g, gpu-h200",
     ("serve", ("http.port=99999",)): "error [http.port]: http.port must be 1-65535, got 99999",
 }
 
