@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection
 from memroute.config.facts import facts_backend
 from memroute.errors import ConfigError
 from memroute.journal.codec import check_pair, decode_pair, encode_pair, same_content
+from memroute.journal.listeners import ListenersMixin
 from memroute.journal.postgres_schema import (
     DEADLOCK_RETRIES,
     NOT_ERASED,
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class PostgresJournal:
+class PostgresJournal(ListenersMixin):
     """The journal in a PostgreSQL database shared by every replica (see the module doc)."""
 
     def __init__(
@@ -79,7 +80,7 @@ class PostgresJournal:
             hide_password=True)
         self._clock = clock
         self._lock = threading.RLock()
-        self._listeners: list[Callable[[int], None]] = []
+        super().__init__()  # the listeners
         self._store_gate = threading.RLock()  # see store_gate()
         self._closed = False
         self._engine = open_engine(url, "postgresql", busy_timeout_s=0.0, pool_size=pool_size)
@@ -267,12 +268,10 @@ class PostgresJournal:
             {"lo": prefix, "hi": upper, "n": len(prefix)}, actor,
         )
 
-    def _erase(
-        self, scope: str, target: str, where: str, args: dict[str, Any], actor: str
-    ) -> JournalErasure:
+    def _erase(self, scope: str, target: str, where: str, args: dict[str, Any],
+               actor: str) -> JournalErasure:
         actor = _check_actor(actor)
         now = self._clock()
-
         with self.store_gate(GATE_TIMEOUT_S):
             audit_id, boundary, deleted = self._transact(
                 f"erase {scope}", lambda conn: erase_rows(conn, scope, target, where, args,
@@ -387,27 +386,6 @@ class PostgresJournal:
             last_seq=int(last),
             oldest_pending_age_s=None if oldest is None else max(0.0, self._clock() - oldest),
         )
-
-    # ---------------------------------------------------------------- wake-up
-    def add_listener(self, callback: Callable[[int], None]) -> None:
-        """Call ``callback(n_new_entries)`` after each append *in this process* that recorded
-        something new (other replicas' appends: poll :meth:`claim`)."""
-        with self._lock:
-            self._listeners.append(callback)
-
-    def remove_listener(self, callback: Callable[[int], None]) -> None:
-        with self._lock:
-            if callback in self._listeners:
-                self._listeners.remove(callback)
-
-    def _notify(self, n: int) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for callback in listeners:
-            try:
-                callback(n)
-            except Exception:  # the append is durable already; a wake-up must not undo the ack
-                log.exception("journal listener %r failed", callback)
 
     # -------------------------------------------------------------- internals
     def _transact(self, what: str, fn: Callable[[Connection], T]) -> T:

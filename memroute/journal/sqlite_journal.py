@@ -7,14 +7,11 @@ loss. The flusher (:mod:`memroute.journal.flusher`) later writes pending entries
 and marks them flushed.
 
 One row per turn-pair id (``TurnPair.id`` is deterministic), so a retried request never
-becomes a second memory:
-
-- the same pair again (equal but for ``created_at``) is a no-op and returns the existing seq;
-- the same id with different content replaces the entry with a new one (new seq, pending
-  again), like an upsert in the store: last write wins.
-
-``seq`` is AUTOINCREMENT so a seq is never reused: the flusher marks *the version it wrote*
-flushed, and a replaced entry (new seq) stays pending even if the old seq is marked later.
+becomes a second memory: the same pair again (equal but for ``created_at``) is a no-op that
+returns the existing seq; the same id with different content replaces the entry with a new one
+(new seq, pending again), like an upsert in the store: last write wins. ``seq`` is
+AUTOINCREMENT, so a seq is never reused: the flusher marks *the version it wrote* flushed, and a
+replaced entry (new seq) stays pending even if the old seq is marked later.
 
 Erasure (GDPR Art. 17 / CCPA; :meth:`Journal.erase_user`, :meth:`Journal.erase_tenant`). The
 rule that keeps erased data from coming back: **an erasure has a boundary seq B, the highest seq
@@ -46,7 +43,6 @@ same ids, which the store's deterministic ids make harmless.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sqlite3
 import threading
@@ -58,6 +54,7 @@ from typing import Any
 
 from memroute.errors import InvalidRequest
 from memroute.journal.codec import check_pair, decode_pair, encode_pair, same_content
+from memroute.journal.listeners import ListenersMixin
 from memroute.journal.sqlite_setup import (
     NOT_ERASED,
     PENDING,
@@ -67,8 +64,6 @@ from memroute.journal.sqlite_setup import (
 )
 from memroute.namespace import SEPARATOR, validate_tenant
 from memroute.types import TurnPair, validate_user_id
-
-log = logging.getLogger(__name__)
 
 SEQ_CHUNK = 500  # seqs per UPDATE (SQLite's bound-parameter limit is 32766 since 3.32)
 MAX_ACTOR_CHARS = 256
@@ -124,7 +119,6 @@ class JournalStats:
     oldest_pending_age_s: float | None  # None when nothing is pending
 
 
-
 def erased_entries(entries: Sequence[JournalEntry], alive: set[int],
                    erasure_seq: Callable[[str], int | None]) -> list[JournalEntry]:
     """Of ``entries``, those not ``alive`` (not in the journal as pending and unerased) that
@@ -143,12 +137,12 @@ def erased_entries(entries: Sequence[JournalEntry], alive: set[int],
     return out
 
 
-class Journal:
+class Journal(ListenersMixin):
     def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time):
         self.path = Path(path).expanduser().resolve()
         self._clock = clock
         self._lock = threading.RLock()
-        self._listeners: list[Callable[[int], None]] = []
+        super().__init__()  # the listeners
         self._store_gate = threading.RLock()  # see store_gate()
         self._conn: sqlite3.Connection | None = open_journal_db(self.path)
 
@@ -211,11 +205,10 @@ class Journal:
     def requeue_failed(self) -> int:
         """Make parked entries pending again (after the cause was fixed); returns how many."""
         with self._write() as conn:
-            cur = conn.execute(
+            changed = conn.execute(
                 "UPDATE entries SET failed_at = NULL, error = NULL "
                 "WHERE failed_at IS NOT NULL AND flushed_at IS NULL"
-            )
-            changed = cur.rowcount
+            ).rowcount
         if changed:
             self._notify(changed)
         return changed
@@ -227,11 +220,10 @@ class Journal:
         rewrites the same store id: still one memory.
         """
         with self._write() as conn:
-            cur = conn.execute(
+            return conn.execute(
                 "DELETE FROM entries WHERE flushed_at IS NOT NULL AND flushed_at < ?",
                 (self._clock() - older_than_s,),
-            )
-            return cur.rowcount
+            ).rowcount
 
     # ---------------------------------------------------------------- erasure
     @contextlib.contextmanager
@@ -263,9 +255,8 @@ class Journal:
             "tenant", tenant, "substr(user_id, 1, ?) = ?", (len(prefix), prefix), actor
         )
 
-    def _erase(
-        self, scope: str, target: str, where: str, args: tuple[Any, ...], actor: str
-    ) -> JournalErasure:
+    def _erase(self, scope: str, target: str, where: str, args: tuple[Any, ...],
+               actor: str) -> JournalErasure:
         actor = _check_actor(actor)
         now = self._clock()
         with self.store_gate(GATE_TIMEOUT_S), self._write() as conn:
@@ -356,12 +347,9 @@ class Journal:
     def pending_for_user(self, user_id: str, limit: int | None = None) -> list[JournalEntry]:
         """A user's unflushed entries, oldest first; with ``limit`` only the newest ``limit``."""
         validate_user_id(user_id)
-        sql = (
-            "SELECT seq, payload, appended_at FROM entries "
-            f"WHERE {PENDING} AND user_id = ? AND {NOT_ERASED}"
-        )
+        sql = ("SELECT seq, payload, appended_at FROM entries "
+               f"WHERE {PENDING} AND user_id = ? AND {NOT_ERASED} ORDER BY seq DESC")
         args: list[Any] = [user_id]
-        sql += " ORDER BY seq DESC"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(_check_limit(limit))
@@ -398,26 +386,6 @@ class Journal:
             last_seq=int(last),
             oldest_pending_age_s=None if oldest is None else max(0.0, self._clock() - oldest),
         )
-
-    # ---------------------------------------------------------------- wake-up
-    def add_listener(self, callback: Callable[[int], None]) -> None:
-        """Call ``callback(n_new_entries)`` after each append that recorded something new."""
-        with self._lock:
-            self._listeners.append(callback)
-
-    def remove_listener(self, callback: Callable[[int], None]) -> None:
-        with self._lock:
-            if callback in self._listeners:
-                self._listeners.remove(callback)
-
-    def _notify(self, n: int) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for callback in listeners:
-            try:
-                callback(n)
-            except Exception:  # the append is durable already; a wake-up must not undo the ack
-                log.exception("journal listener %r failed", callback)
 
     # -------------------------------------------------------------- internals
     @contextlib.contextmanager
@@ -465,13 +433,10 @@ class Journal:
 
 
 def _check_actor(actor: object) -> str:
-    if (
-        not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_ACTOR_CHARS
-        or not actor.isprintable()
-    ):
-        raise InvalidRequest(
-            f"actor must be printable text of 1-{MAX_ACTOR_CHARS} characters", field="actor"
-        )
+    if (not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_ACTOR_CHARS
+            or not actor.isprintable()):
+        raise InvalidRequest(f"actor must be printable text of 1-{MAX_ACTOR_CHARS} characters",
+                             field="actor")
     return actor
 
 

@@ -14,8 +14,9 @@ from memroute.config.journal import JournalConfig, check_journal_config
 from memroute.errors import ConfigError
 from memroute.journal import Flusher
 from memroute.journal.postgres_journal import PostgresJournal
+from tests.integration.pg_journal_helpers import make_journal  # noqa: F401 (fixture)
 from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
-from tests.integration.test_journal_postgres import make_journal, pair  # noqa: F401
+from tests.journal_cases import pair
 
 
 class Store:

@@ -1,8 +1,9 @@
 """The PostgreSQL journal (memroute.journal.postgres_journal) on a real, throwaway PostgreSQL
-server (tests/integration/postgres.py): the SQLite journal's behaviour (tests/unit/test_journal.py
-and the journal parts of tests/unit/test_erasure.py), plus what several replicas need: claims
-with leases (two flushers, a killed flusher) and erasure ordered against appends of another
-replica. Two PostgresJournal objects on one database stand for two replicas."""
+server (tests/integration/postgres.py): the SQLite journal's behaviour (tests/journal_cases.py,
+the rest of tests/unit/test_journal.py and the journal parts of tests/unit/test_erasure.py),
+plus what several replicas need: claims with leases (two flushers, a killed flusher) and
+erasure ordered against appends of another replica. Two PostgresJournal objects on one database
+stand for two replicas."""
 
 from __future__ import annotations
 
@@ -11,123 +12,33 @@ import threading
 import time
 
 import pytest
-import sqlalchemy as sa
 
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.journal import Flusher, Journal, JournalError
 from memroute.journal.codec import encode_pair
 from memroute.journal.postgres_journal import PostgresJournal
 from memroute.types import TurnPair
+from tests import journal_cases as cases
+from tests.integration.pg_journal_helpers import make_journal, sql  # noqa: F401 (fixture)
 from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
-
-T0 = 1683504000
-ALICE, BOB, CAROL = "acme:alice", "acme:bob", "globex:carol"
-
-
-def pair(user: str = ALICE, turn: int = 0, text: str = "hello", answer: str = "hi", **kw):
-    return TurnPair(user, kw.pop("session", "s1"), turn, text, answer, T0 + turn, **kw)
-
-
-@pytest.fixture
-def make_journal(postgres_url):  # noqa: F811 (the imported fixture)
-    opened: list[PostgresJournal] = []
-
-    def make(**kwargs) -> PostgresJournal:
-        j = PostgresJournal(postgres_url, **kwargs)
-        opened.append(j)
-        return j
-
-    yield make
-    for j in opened:
-        j.close()
-
-
-def sql(j: PostgresJournal, statement: str, **args):
-    with j._engine.begin() as conn:
-        result = conn.execute(sa.text(statement), args)
-        return result.all() if result.returns_rows else result.rowcount
-
-
-def run_threads(n: int, target) -> None:
-    errors: list[BaseException] = []
-
-    def wrapped(k: int) -> None:
-        try:
-            target(k)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=wrapped, args=(k,)) for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+from tests.journal_cases import ALICE, BOB, CAROL, pair, run_threads
 
 
 # ------------------------------------------------------------------- the SQLite behaviour
 
 
+@pytest.mark.parametrize("case", cases.CASES, ids=lambda case: case.__name__)
+def test_shared_case(make_journal, case):  # noqa: F811
+    case(make_journal)
+
+
 def test_append_is_committed_and_visible_to_another_replica(make_journal, postgres_url):  # noqa: F811
-    j = make_journal()
-    pairs = [pair(turn=i, text=f"fact {i}") for i in range(3)]
-    seqs = j.append(pairs)
-    assert seqs == sorted(seqs) and len(set(seqs)) == 3
-    other = make_journal()  # another replica sees it at once: committed when append returned
-    assert [(e.seq, e.pair) for e in other.pending()] == list(zip(seqs, pairs))
-    j.close()
-    assert [e.pair for e in make_journal().pending()] == pairs  # a restart (schema exists)
-    assert sql(other, "SHOW synchronous_commit") == [("on",)]  # commit waits for the WAL flush
-    assert other.stats().path == postgres_url and "@127.0.0.1" in other.path
+    j = cases.append_is_committed_and_survives_a_restart(make_journal)
+    assert sql(j, "SHOW synchronous_commit") == [("on",)]  # commit waits for the WAL flush
+    assert j.stats().path == postgres_url and "@127.0.0.1" in j.path
 
 
-def test_pending_order_limits_and_mark_flushed(make_journal):
-    j = make_journal()
-    a = j.append([pair(ALICE, i) for i in range(4)])
-    b = j.append([pair(BOB, i) for i in range(2)])
-    assert [e.seq for e in j.pending()] == a + b
-    assert [e.seq for e in j.pending(3)] == a[:3]
-    assert [e.seq for e in j.pending(max_seq=a[1])] == a[:2]
-    assert [e.seq for e in j.pending_for_user(BOB)] == b
-    assert [e.seq for e in j.pending_for_user(ALICE, limit=2)] == a[2:]
-    assert j.mark_flushed([a[0], a[2], b[1]]) == 3
-    assert j.mark_flushed([a[0]]) == 0  # already flushed
-    assert j.mark_flushed([]) == 0
-    assert [e.seq for e in j.pending()] == [a[1], a[3], b[0]]
-    s = j.stats()
-    assert (s.total, s.pending, s.flushed, s.failed, s.last_seq) == (6, 3, 3, 0, b[1])
-    assert s.oldest_pending_age_s is not None and s.oldest_pending_age_s >= 0
-    j.mark_flushed([e.seq for e in j.pending()])
-    assert j.stats().oldest_pending_age_s is None and j.pending_count() == 0
-
-
-def test_retried_pair_is_recorded_once_and_allocates_no_seq(make_journal):
-    j = make_journal()
-    p = pair(created_at=1.0)
-    [seq] = j.append([p])
-    assert j.append([dataclasses.replace(p, created_at=2.0), p]) == [seq, seq]
-    assert j.stats().total == 1
-    j.mark_flushed([seq])
-    assert j.append([p]) == [seq] and j.pending_count() == 0  # no second write either
-    [other] = j.append([pair(turn=1)])
-    assert other == seq + 1  # the no-op retries consumed no seq
-
-
-def test_changed_content_replaces_the_entry_with_a_new_seq(make_journal):
-    j = make_journal()
-    p = pair(answer="first")
-    [old] = j.append([p])
-    [new] = j.append([dataclasses.replace(p, assistant_text="second")])
-    assert new > old and j.last_seq() == new
-    assert j.mark_flushed([old]) == 0  # the written version is gone: the new one stays pending
-    assert [e.pair.assistant_text for e in j.pending()] == ["second"]
-    assert j.stats().total == 1
-    j.mark_flushed([new])
-    [newer] = j.append([dataclasses.replace(p, assistant_text="third")])  # flushed, then changed
-    assert newer > new and [e.seq for e in j.pending()] == [newer]
-
-
-def test_failed_entries_are_parked_and_requeued(make_journal):
+def test_failed_entries_are_parked_and_requeued(make_journal):  # noqa: F811
     j = make_journal()
     seen: list[int] = []
     j.add_listener(seen.append)
@@ -145,47 +56,13 @@ def test_failed_entries_are_parked_and_requeued(make_journal):
     assert j.failed() == []
 
 
-def test_prune_flushed_keeps_pending(make_journal):
-    now = [1000.0]
-    j = make_journal(clock=lambda: now[0])
-    a, b = j.append([pair(turn=1), pair(turn=2)])
-    j.mark_flushed([a])
-    now[0] += 100
-    assert j.prune_flushed(older_than_s=200) == 0
-    assert j.prune_flushed(older_than_s=50) == 1
-    assert [e.seq for e in j.pending()] == [b] and j.stats().total == 1
-    [again] = j.append([pair(turn=1)])  # re-appended after the prune: journaled again
-    assert again > b
+def test_closed_journal_raises_journal_error(make_journal):  # noqa: F811
+    j = cases.closed_journal_raises_journal_error(make_journal)
+    with pytest.raises(JournalError):
+        j.claim(1, owner="o", lease_s=1)
 
 
-def test_a_failing_listener_does_not_undo_the_ack(make_journal):
-    j = make_journal()
-    seen: list[int] = []
-
-    def broken(n: int) -> None:
-        raise RuntimeError("boom")
-
-    j.add_listener(broken)
-    j.add_listener(seen.append)
-    assert len(j.append([pair(turn=1), pair(turn=2)])) == 2
-    j.append([pair(turn=1)])  # nothing new: no wake-up
-    j.remove_listener(seen.append)
-    j.append([pair(turn=3)])
-    assert seen == [2] and j.pending_count() == 3
-
-
-def test_closed_journal_raises_journal_error(make_journal):
-    j = make_journal()
-    j.close()
-    assert j.closed
-    j.close()  # twice is harmless
-    for call in (lambda: j.append([pair()]), j.pending, lambda: j.claim(1, owner="o", lease_s=1),
-                 lambda: j.mark_flushed([1])):
-        with pytest.raises(JournalError):
-            call()
-
-
-def test_bad_input_raises_what_the_sqlite_journal_raises(make_journal, tmp_path):
+def test_bad_input_raises_what_the_sqlite_journal_raises(make_journal, tmp_path):  # noqa: F811
     pg, lite = make_journal(), Journal(tmp_path / "j.sqlite3")
     calls = {
         "bad pair in a batch": lambda j: j.append([pair(), pair("bad id!")]),
@@ -237,28 +114,12 @@ def test_unusable_urls_are_config_errors(make_journal, postgres_url):  # noqa: F
     assert e.value.field == "journal.url" and "not a memroute journal" in str(e.value)
 
 
-def test_replicas_append_concurrently_each_pair_once(make_journal):
-    replicas = [make_journal(), make_journal()]
-    shared = pair("acme:shared", 0)
-    seqs: dict[int, set[int]] = {}
-    lock = threading.Lock()
-
-    def client(k: int) -> None:
-        j = replicas[k % 2]
-        mine = [pair(f"acme:user{k}", i, text=f"client {k} fact {i}") for i in range(8)]
-        for p in [*mine, shared, *mine[:2], shared]:  # retries, and a pair every client sends
-            [s] = j.append([p])
-            with lock:
-                seqs.setdefault(p.id, set()).add(s)
-
-    run_threads(8, client)
-    j = replicas[0]
-    assert j.stats().total == 8 * 8 + 1
-    assert all(len(s) == 1 for s in seqs.values())  # every retry got the original seq
-    assert sorted(e.pair.id for e in j.pending()) == sorted(seqs)
+def test_replicas_append_concurrently_each_pair_once(make_journal):  # noqa: F811
+    cases.concurrent_appends_record_each_pair_once(make_journal, journals=2, clients=8,
+                                                   per_client=8)
 
 
-def test_the_existing_flusher_drains_a_postgres_journal(make_journal):
+def test_the_existing_flusher_drains_a_postgres_journal(make_journal):  # noqa: F811
     j = make_journal()
     rows: dict[int, TurnPair] = {}
     pairs = [pair(turn=i) for i in range(10)]
@@ -271,7 +132,7 @@ def test_the_existing_flusher_drains_a_postgres_journal(make_journal):
 # ------------------------------------------------------------------ claims and leases
 
 
-def test_two_flushers_claim_500_entries_each_flushed_exactly_once(make_journal):
+def test_two_flushers_claim_500_entries_each_flushed_exactly_once(make_journal):  # noqa: F811
     loader = make_journal()
     for start in range(0, 500, 100):
         loader.append([pair(f"acme:u{i % 7}", i) for i in range(start, start + 100)])
@@ -299,7 +160,7 @@ def test_two_flushers_claim_500_entries_each_flushed_exactly_once(make_journal):
     assert claimed[0] and claimed[1]  # both took part
 
 
-def test_a_killed_flushers_entries_are_claimed_after_its_lease(make_journal):
+def test_a_killed_flushers_entries_are_claimed_after_its_lease(make_journal):  # noqa: F811
     a, b = make_journal(), make_journal()
     seqs = a.append([pair(turn=i) for i in range(30)])
     doomed = a.claim(10, owner="a", lease_s=1.0)
@@ -318,7 +179,7 @@ def test_a_killed_flushers_entries_are_claimed_after_its_lease(make_journal):
     assert b.mark_flushed(seqs[:10]) == 0  # "a" coming back marks nothing twice
 
 
-def test_the_owner_reclaims_its_own_entries_and_release_gives_them_back(make_journal):
+def test_the_owner_reclaims_its_own_entries_and_release_gives_them_back(make_journal):  # noqa: F811
     j = make_journal()
     seqs = j.append([pair(turn=i) for i in range(3)])
     assert [e.seq for e in j.claim(2, owner="a", lease_s=30)] == seqs[:2]
@@ -329,7 +190,7 @@ def test_the_owner_reclaims_its_own_entries_and_release_gives_them_back(make_jou
     assert [e.seq for e in j.claim(5, owner="c", lease_s=30)] == seqs[2:]
 
 
-def test_a_version_replaced_while_claimed_waits_for_the_old_write(make_journal):
+def test_a_version_replaced_while_claimed_waits_for_the_old_write(make_journal):  # noqa: F811
     a, b = make_journal(), make_journal()
     p = pair(answer="v1")
     [old] = a.append([p])
@@ -345,7 +206,7 @@ def test_a_version_replaced_while_claimed_waits_for_the_old_write(make_journal):
 # ------------------------------------------------------------------------------ erasure
 
 
-def test_erasure_deletes_the_target_only_and_later_appends_are_new_data(make_journal):
+def test_erasure_deletes_the_target_only_and_later_appends_are_new_data(make_journal):  # noqa: F811
     j = make_journal()
     users = [ALICE, BOB, CAROL, "acme_x:dan", "acme"]  # a look-alike tenant, a user named acme
     j.append([pair(u, i) for u in users for i in range(3)])
@@ -374,7 +235,7 @@ def test_erasure_deletes_the_target_only_and_later_appends_are_new_data(make_jou
     assert (first.store_rows, first.idempotency_rows) == (3, 1) and first.completed_at
 
 
-def test_the_journal_never_hands_out_an_entry_at_or_below_a_tombstone(make_journal):
+def test_the_journal_never_hands_out_an_entry_at_or_below_a_tombstone(make_journal):  # noqa: F811
     j = make_journal()
     j.append([pair(BOB, 0)])
     j.erase_user(ALICE, actor="ops")
@@ -392,7 +253,7 @@ def test_the_journal_never_hands_out_an_entry_at_or_below_a_tombstone(make_journ
     assert j.erasure_seq("globex") is None
 
 
-def test_erased_among_sees_an_erasure_by_another_replica(make_journal):
+def test_erased_among_sees_an_erasure_by_another_replica(make_journal):  # noqa: F811
     mine, theirs = make_journal(), make_journal()
     mine.append([pair(ALICE, i) for i in range(3)] + [pair(BOB, 0)])
     batch = mine.claim(10, owner="mine", lease_s=30)  # read, now being written to the store
@@ -421,7 +282,7 @@ def _append_until(j: PostgresJournal, uid: str, first: int, stop: threading.Even
 
 
 @pytest.mark.parametrize("scope", ["user", "tenant"])
-def test_appends_racing_an_erasure_are_either_erased_or_after_the_boundary(make_journal, scope):
+def test_appends_racing_an_erasure_are_either_erased_or_after_the_boundary(make_journal, scope):  # noqa: F811
     eraser = make_journal()
     writers = [make_journal(), make_journal()]  # other replicas, appending during the erasure
     erased_users = {ALICE} if scope == "user" else {ALICE, BOB}

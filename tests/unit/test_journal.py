@@ -1,4 +1,5 @@
-"""Durable journal + flusher + read-your-writes, with an in-memory store keyed by id like Milvus."""
+"""Durable journal + flusher + read-your-writes, with an in-memory store keyed by id like Milvus.
+The journal cases shared with the PostgreSQL journal are in tests/journal_cases.py."""
 
 from __future__ import annotations
 
@@ -17,19 +18,14 @@ from memroute.journal import (
     Flusher,
     Journal,
     JournaledRetriever,
-    JournalError,
     merge_pending,
 )
 from memroute.journal.sqlite_journal import JournalEntry
 from memroute.types import Memory, RetrievalHit, TurnPair
+from tests import journal_cases as cases
+from tests.journal_cases import pair
 
 from .fakes import FakeRetriever
-
-T0 = 1683504000
-
-
-def pair(user: str = "alice", turn: int = 0, text: str = "hello", answer: str = "hi", **kw):
-    return TurnPair(user, kw.pop("session", "s1"), turn, text, answer, T0 + turn, **kw)
 
 
 class FakeStore:
@@ -66,70 +62,27 @@ def jpath(tmp_path):
     return tmp_path / "nested" / "journal.sqlite3"
 
 
+@pytest.fixture
+def make_journal(jpath):
+    """``make_journal(**kwargs)``: another Journal (a connection of its own) on ``jpath``."""
+    with cases.opened_journals(lambda **kwargs: Journal(jpath, **kwargs)) as make:
+        yield make
+
+
 # ---------------------------------------------------------------------------------- journal
 
 
-def test_append_is_committed_and_survives_reopen(jpath):
-    j = Journal(jpath)
-    pairs = [pair(turn=i, text=f"fact {i}") for i in range(3)]
-    seqs = j.append(pairs)
-    assert seqs == sorted(seqs) and len(set(seqs)) == 3
-    # Committed when append returns: a second, independent connection sees it at once.
-    other = Journal(jpath)
-    assert [e.pair for e in other.pending()] == pairs
-    other.close()
-    j.close()
-    reopened = Journal(jpath)
-    assert [(e.seq, e.pair) for e in reopened.pending()] == list(zip(seqs, pairs))
+@pytest.mark.parametrize("case", cases.CASES, ids=lambda case: case.__name__)
+def test_shared_case(make_journal, case):
+    case(make_journal)
+
+
+def test_append_is_committed_and_survives_reopen(make_journal, jpath):
+    reopened = cases.append_is_committed_and_survives_a_restart(make_journal)
     raw = sqlite3.connect(jpath)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent setting
     raw.close()
     assert reopened._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: fsync on commit
-    reopened.close()
-
-
-def test_pending_order_limits_and_mark_flushed(jpath):
-    j = Journal(jpath)
-    a = j.append([pair("alice", i) for i in range(4)])
-    b = j.append([pair("bob", i) for i in range(2)])
-    assert [e.seq for e in j.pending()] == a + b
-    assert [e.seq for e in j.pending(3)] == a[:3]
-    assert [e.seq for e in j.pending(max_seq=a[1])] == a[:2]
-    assert [e.seq for e in j.pending_for_user("bob")] == b
-    assert [e.seq for e in j.pending_for_user("alice", limit=2)] == a[2:]  # newest 2, oldest first
-    assert j.mark_flushed([a[0], a[2], b[1]]) == 3
-    assert j.mark_flushed([a[0]]) == 0  # already flushed
-    assert [e.seq for e in j.pending()] == [a[1], a[3], b[0]]
-    s = j.stats()
-    assert (s.total, s.pending, s.flushed, s.failed, s.last_seq) == (6, 3, 3, 0, b[1])
-    assert s.oldest_pending_age_s is not None and s.oldest_pending_age_s >= 0
-    j.mark_flushed([e.seq for e in j.pending()])
-    assert j.stats().oldest_pending_age_s is None and j.pending_count() == 0
-    with pytest.raises(InvalidRequest):
-        j.pending_for_user('x" or 1')
-
-
-def test_retried_pair_is_recorded_once(jpath):
-    j = Journal(jpath)
-    p = pair(created_at=1.0)
-    [seq] = j.append([p])
-    # A retry records the same turn a moment later: same id, same content.
-    assert j.append([dataclasses.replace(p, created_at=2.0), p]) == [seq, seq]
-    assert j.stats().total == 1
-    j.mark_flushed([seq])
-    assert j.append([p]) == [seq] and j.pending_count() == 0  # no second write either
-
-
-def test_changed_content_replaces_the_entry_and_is_written_again(jpath):
-    j = Journal(jpath)
-    p = pair(answer="first")
-    [old] = j.append([p])
-    # The flusher read the old version; the entry is replaced before it marks it.
-    [new] = j.append([dataclasses.replace(p, assistant_text="second")])
-    assert new > old
-    assert j.mark_flushed([old]) == 0  # the written version is gone: the new one stays pending
-    assert [e.pair.assistant_text for e in j.pending()] == ["second"]
-    assert j.stats().total == 1
 
 
 def test_seqs_are_never_reused_after_a_replace(jpath):
@@ -156,37 +109,9 @@ def test_bad_pair_rejects_the_whole_batch(jpath):
     assert j.append([]) == []
 
 
-def test_sixteen_threads_append_concurrently_each_pair_once(jpath):
-    j = Journal(jpath)
-    shared = pair("shared", 0)
-    errors: list[BaseException] = []
-    seqs: dict[int, set[int]] = {}
-    lock = threading.Lock()
-
-    def client(k: int) -> None:
-        try:
-            mine = [pair(f"user{k}", i, text=f"thread {k} fact {i}") for i in range(12)]
-            for p in mine:
-                [s] = j.append([p])  # one request = one append
-                with lock:
-                    seqs.setdefault(p.id, set()).add(s)
-            for p in [shared, *mine[:3]]:  # retries and a pair every client sends
-                [s] = j.append([p])
-                with lock:
-                    seqs.setdefault(p.id, set()).add(s)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    assert j.stats().total == 16 * 12 + 1
-    assert all(len(s) == 1 for s in seqs.values())  # every retry got the original seq
-    assert sorted(e.pair.id for e in j.pending()) == sorted(seqs)
-    assert len({e.seq for e in j.pending()}) == len(seqs)
+def test_sixteen_threads_append_concurrently_each_pair_once(make_journal):
+    cases.concurrent_appends_record_each_pair_once(make_journal, journals=1, clients=16,
+                                                   per_client=12)
 
 
 @pytest.mark.parametrize("case", ["directory", "garbage", "under_a_file", "foreign_sqlite"])
@@ -209,38 +134,8 @@ def test_unusable_path_is_a_config_error(tmp_path, case):
     assert e.value.field == "journal.path" and str(path) in str(e.value)
 
 
-def test_closed_journal_raises_journal_error(jpath):
-    j = Journal(jpath)
-    j.close()
-    assert j.closed
-    with pytest.raises(JournalError):
-        j.append([pair()])
-    with pytest.raises(JournalError):
-        j.pending()
-
-
-def test_a_failing_listener_does_not_undo_the_ack(jpath):
-    j = Journal(jpath)
-    seen: list[int] = []
-
-    def broken(n: int) -> None:
-        raise RuntimeError("boom")
-
-    j.add_listener(broken)
-    j.add_listener(seen.append)
-    assert len(j.append([pair(turn=1), pair(turn=2)])) == 2
-    j.append([pair(turn=1)])  # nothing new: no wake-up
-    assert seen == [2] and j.pending_count() == 2
-
-
-def test_prune_flushed_keeps_pending(jpath):
-    now = [1000.0]
-    j = Journal(jpath, clock=lambda: now[0])
-    a, b = j.append([pair(turn=1), pair(turn=2)])
-    j.mark_flushed([a])
-    now[0] += 100
-    assert j.prune_flushed(older_than_s=50) == 1
-    assert [e.seq for e in j.pending()] == [b]
+def test_closed_journal_raises_journal_error(make_journal):
+    cases.closed_journal_raises_journal_error(make_journal)
 
 
 # ---------------------------------------------------------------------------------- flusher
