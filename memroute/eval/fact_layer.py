@@ -81,6 +81,9 @@ def chunks(turns: Sequence[TurnPair], size: int) -> list[list[TurnPair]]:
     return [s[i : i + size] for s in by_session.values() for i in range(0, len(s), size)]
 
 
+GROUNDING_RULE = "nearest"  # bump when grounding changes what is kept: a new cache entry
+
+
 def cache_key(
     conversations: Sequence[EvalConversation], model_id: str, schema: ExtractionSchema,
     cfg: FactLayerConfig,
@@ -96,7 +99,8 @@ def cache_key(
     settings = {"model": model_id, "turns_per_call": cfg.turns_per_call,
                 "max_tokens": cfg.max_tokens, "retries": cfg.retries}
     if cfg.grounding:  # entries made before grounding existed were ungrounded: keep their key
-        settings["grounding"] = True
+        # the rule's version: "nearest" moves a value to the neighbouring turn that states it
+        settings["grounding"] = GROUNDING_RULE
     add(settings)
     add([asdict(f) for f in schema.fields])
     add([(m.role, m.content) for m in extraction_prompt(schema, [_PROBE_TURN])])

@@ -18,6 +18,7 @@ import numpy as np
 from memroute.config.schema import MemoryConfig, is_server_uri
 from memroute.errors import BackendError, ConfigError, InvalidRequest
 from memroute.memory import filters, milvus_fulltext
+from memroute.memory.milvus_builds import replace_rows, upsert_keeps_partition_key
 from memroute.memory.milvus_rows import check_varchar as _check_varchar
 from memroute.memory.milvus_rows import delete_count, tenant_scan_filter
 from memroute.memory.milvus_rows import is_int as _is_int
@@ -94,6 +95,7 @@ class MilvusMemoryStore:
         self._client = self._connect(cfg)
         self._closed = False
         try:
+            self._upsert_ok = upsert_keeps_partition_key(self._client.get_server_version())
             if self._client.has_collection(self.collection):
                 self._check_existing_schema()
             else:
@@ -221,8 +223,11 @@ class MilvusMemoryStore:
             rows[pair.id] = self._row(pair, vec)
         batch = list(rows.values())
         for start in range(0, len(batch), WRITE_BATCH):
-            self._client.upsert(self.collection, batch[start : start + WRITE_BATCH],
-                                timeout=self._write_timeout_s)
+            rows = batch[start : start + WRITE_BATCH]
+            if self._upsert_ok:
+                self._client.upsert(self.collection, rows, timeout=self._write_timeout_s)
+            else:  # a 2.3 server (milvus_builds.py)
+                replace_rows(self._client, self.collection, rows, timeout=self._write_timeout_s)
         if len(batch) >= WRITE_BATCH:
             self.flush()
         return len(batch)
