@@ -24,6 +24,7 @@ from memroute.config import DatasetConfig, IngestConfig, MemoryConfig, TrackingC
 from memroute.datasets import lme_turn_pairs, load_longmemeval, load_locomo, turn_pairs
 from memroute.datasets.registry import dataset_turn_pairs, longmemeval_path
 from memroute.memory import MilvusMemoryStore
+from tests.integration.milvus_server import collection_name, milvus_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_RE = re.compile(
@@ -201,12 +202,21 @@ def milvus_lite_server(tmp_path):
         proc.wait(timeout=30)
 
 
-def test_server_uri_writer_actor_pool_isolates_a_refused_row(ray_local, tmp_path, milvus_lite_server):
+@pytest.fixture(params=["milvus-lite-server", "milvus-2.3-server"])
+def server_memory(request, tmp_path):
+    """A server URI several processes may write, and the collection to use on it."""
+    if request.param == "milvus-lite-server":
+        return request.getfixturevalue("milvus_lite_server"), "memroute_turns"
+    return request.getfixturevalue("milvus_server").uri, collection_name("ingest")
+
+
+def test_server_uri_writer_actor_pool_isolates_a_refused_row(ray_local, tmp_path, server_memory):
     from memroute.ingest import write_mode
     from pipelines.ingest import ingest_pairs
 
+    uri, collection = server_memory
     cfg = ingest_cfg(tmp_path, DatasetConfig(name="longmemeval", size="small", limit=3),
-                     uri=milvus_lite_server)
+                     uri=uri, collection=collection)
     # Small blocks and batches, so both writer actors get work.
     cfg.embed.concurrency, cfg.embed.batch_size, cfg.num_blocks = 1, 16, 6
     cfg.write.concurrency, cfg.write.batch_size = 2, 16
@@ -221,6 +231,8 @@ def test_server_uri_writer_actor_pool_isolates_a_refused_row(ray_local, tmp_path
     with MilvusMemoryStore(cfg.memory, 384) as store:
         assert store.count() == len(pairs)
         assert store.existing_ids(pairs[0].user_id, [pairs[0].id]) == {pairs[0].id}
+        per_user = Counter(p.user_id for p in pairs)  # each user's filtered reads see every row
+        assert {u: store.count(u) for u in per_user} == dict(per_user)
 
 
 def _run_job(tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
