@@ -27,6 +27,8 @@ class EmbedderConfig:
     batch_size: int = 64
     device: str = "cpu"
     num_threads: Optional[int] = None
+    # a folder: vectors cached by text hash (embedding/vector_cache.py), so re-runs embed nothing
+    vector_cache: Optional[str] = None
 
 
 @dataclass

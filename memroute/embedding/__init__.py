@@ -15,7 +15,8 @@ __all__ = ["Encoder", "SentenceTransformerEncoder", "build_encoder"]
 
 
 def build_encoder(cfg: EmbedderConfig, assets: AssetStore | None = None) -> Encoder:
-    """The configured encoder: ``cfg.path`` if given, else the asset named ``cfg.name``."""
+    """The configured encoder: ``cfg.path`` if given, else the asset named ``cfg.name``; behind
+    a vector cache when ``cfg.vector_cache`` names a folder."""
     if cfg.path:
         path = cfg.path
     else:
@@ -24,7 +25,7 @@ def build_encoder(cfg: EmbedderConfig, assets: AssetStore | None = None) -> Enco
 
             assets = AssetStore()
         path = assets.path(cfg.name)
-    return SentenceTransformerEncoder(
+    encoder = SentenceTransformerEncoder(
         path,
         dim=cfg.dim,
         batch_size=cfg.batch_size,
@@ -32,3 +33,8 @@ def build_encoder(cfg: EmbedderConfig, assets: AssetStore | None = None) -> Enco
         num_threads=cfg.num_threads,
         name=cfg.name,
     )
+    if cfg.vector_cache:
+        from memroute.embedding.vector_cache import CachedEncoder
+
+        return CachedEncoder(encoder, cfg.vector_cache)
+    return encoder
