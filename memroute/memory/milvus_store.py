@@ -44,16 +44,8 @@ INDEX_PARAMS: dict[str, dict[str, Any]] = {
 }
 # Scores are cosine similarities; IP equals cosine on the encoder's L2-normalized vectors.
 METRICS = ("COSINE", "IP")
-OUTPUT_FIELDS = [
-    "id",
-    "user_id",
-    "text",
-    "session_id",
-    "turn_index",
-    "session_time",
-    "source_model",
-    "created_at",
-]
+OUTPUT_FIELDS = ["id", "user_id", "text", "session_id", "turn_index", "session_time",
+                 "source_model", "created_at"]
 
 
 class MilvusMemoryStore:
