@@ -36,8 +36,8 @@ Measured, one client, sequential, after a warm-up (``--reads // 10`` calls of ea
   facts' part encoded once per snapshot);
 - **turn append** acknowledgement: parsing a one-turn ``POST /v1/memory/turns`` body
   (``fact_requests.turn_pairs``) and the journal's durable append (SQLite WAL, fsync per
-  commit) into a journal holding 10,000 entries. The journal is SQLite on every deployment
-  today (a PostgreSQL journal is issue 16), so this row is the same for both back ends;
+  commit; and the PostgreSQL journal several replicas share, its commit waiting for the WAL
+  flush) into a journal holding 10,000 entries. The journal does not depend on the fact store;
 - ``active()`` on a store with the cache off (``cache_users=0``), of a random 1,000-fact
   user, and of a random 10-fact user;
 - where one 1,000-row read's time goes (medians): the raw driver ``execute`` + ``fetchall`` of
@@ -81,6 +81,7 @@ from memroute.memory.facts import (  # noqa: E402
     FactInput,
     FactStore,
 )
+from memroute.journal.postgres_journal import PostgresJournal  # noqa: E402
 from memroute.journal.sqlite_journal import Journal  # noqa: E402
 from memroute.memory.facts.schema import fact_versions, facts  # noqa: E402
 from memroute.memory.facts.session import RenderCache, session_start  # noqa: E402
@@ -300,11 +301,14 @@ def session_reads(store: FactStore, users: list[str], n: int, warmup: int, recen
     return out
 
 
-def append_acks(n: int, warmup: int) -> list[float]:
-    """The turn-append acknowledgement: body parsing + the journal's durable append."""
+def append_acks(n: int, warmup: int, journal_url: str = "") -> list[float]:
+    """The turn-append acknowledgement: body parsing + the journal's durable append (SQLite, or
+    the PostgreSQL journal at ``journal_url``: a commit waits for the WAL flush)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-journal-"))
     try:
-        with Journal(tmp / "journal.sqlite3") as journal:
+        opened = (PostgresJournal(journal_url) if journal_url
+                  else Journal(tmp / "journal.sqlite3"))
+        with opened as journal:
             now = time.time()
             for u in range(100):
                 journal.append(recent_pairs(f"bench:j{u:03d}", 100, now))
@@ -386,6 +390,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"],
                     choices=["sqlite", "postgresql"])
+    ap.add_argument("--journal-only", action="store_true",
+                    help="only the turn-append acknowledgement (SQLite and PostgreSQL journals)")
     args = ap.parse_args()
 
     info = machine_info(("sqlalchemy", "psycopg", "psycopg-binary"))
@@ -408,7 +414,13 @@ def main() -> None:
                     info["postgresql"] = conn.scalar(sa.text("SHOW server_version"))
                 print(f"[postgresql] throwaway server on 127.0.0.1:{server.port} "
                       f"started in {server.start_s:.1f} s", file=sys.stderr)
-            results[backend] = run_backend(backend, url, args)
+            if args.journal_only:
+                results[backend] = {}
+            else:
+                results[backend] = run_backend(backend, url, args)
+            if server is not None:  # the shared journal of several replicas (issue 16)
+                results[backend]["acks"] = append_acks(
+                    args.writes, max(1, args.writes // 10), server.create_database("bench_journal"))
         finally:
             if server is not None:
                 server.stop()
@@ -419,6 +431,8 @@ def main() -> None:
           f"once, {args.small_users} users x {SMALL_FACTS}; {args.reads} reads, "
           f"{args.writes} writes, one client, after a warm-up")
     for backend, r in results.items():
+        if "rows" not in r:
+            continue
         print(f"{backend}: {r['rows']:,} rows loaded in {r['load_s']:.1f} s; load average "
               f"after {r['load_avg_1m_after']}; plan: {r['plan']}")
     acks = append_acks(args.writes, max(1, args.writes // 10))
@@ -428,6 +442,13 @@ def main() -> None:
     print(f"| sqlite journal (all) | turn append ack (parse + fsync'd append) | {len(acks)} | "
           f"{pct(acks, .5):.2f} ms | {pct(acks, .95):.2f} ms | {pct(acks, .99):.2f} ms | "
           f"p95 <= 5 ms |")
+    if "acks" in results.get("postgresql", {}):
+        pg = results["postgresql"]["acks"]
+        print(f"| postgresql journal | turn append ack (parse + committed append) | {len(pg)} | "
+              f"{pct(pg, .5):.2f} ms | {pct(pg, .95):.2f} ms | {pct(pg, .99):.2f} ms | "
+              f"p95 <= 5 ms |")
+    if args.journal_only:
+        return
     ops = [
         ("session", f"session start, {args.facts:,} facts, cached", "p95 <= 2 ms"),
         ("session_changed", f"session start, {args.facts:,} facts, after a change", ""),
