@@ -60,10 +60,12 @@ def _joiner(connect):
 
 async def _serve_while(server: asyncio.AbstractServer, stop: asyncio.Event,
                        child: subprocess.Popen) -> None:
-    """Relay until a stop signal or the child's exit (polled: a thread blocked in ``wait``
-    would keep ``asyncio.run`` from returning before the child is stopped)."""
+    """Relay until a stop signal, the child's exit or our parent's (a test run killed: the
+    server must not outlive it). Polled: a thread blocked in ``wait`` would keep
+    ``asyncio.run`` from returning before the child is stopped."""
+    parent = os.getppid()
     async with server:
-        while child.poll() is None and not stop.is_set():
+        while child.poll() is None and not stop.is_set() and os.getppid() == parent:
             try:
                 await asyncio.wait_for(stop.wait(), 0.5)
             except asyncio.TimeoutError:
