@@ -76,6 +76,9 @@ class RetrievalConfig:
     # inprocess: the per-user BM25 indexes' memory cap, least recently used evicted (0: none;
     # ~10 MB per 1,000 memories of 40 words, mostly the term sets); also bounded to 256 users
     bm25_cache_mb: float = 512.0
+    # the dense leg in process: each cached user's vectors beside their BM25 index, read in the
+    # same round trip, under the same cap (retrieval/hot_vectors.py); Milvus stays the truth
+    hot_vectors: bool = False
     ngram: int = 1  # word n-grams added to BM25 tokens (1 = unigrams: better recall, stemmed)
     dominant_overlap: float = 0.5  # bm25_dominant: promote sparse hits above this query-term overlap
     stem: bool = True  # Snowball-stem BM25 words (query and memories alike)

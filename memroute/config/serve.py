@@ -207,6 +207,13 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
             "or point memory.uri at a Milvus server",
             field="ingress.autoscaling.max_replicas",
         )
+    # A replica's cached vectors follow its own writes only: another replica's would go unseen.
+    if cfg.retrieval.hot_vectors and cfg.ingress.autoscaling.max_replicas > 1:
+        raise ConfigError(
+            "retrieval.hot_vectors keeps each replica's own view of a user's vectors; with "
+            "several ingress replicas keep it off (ingress.autoscaling.max_replicas > 1)",
+            field="retrieval.hot_vectors",
+        )
     _check_local_path(cfg.embedder.path, "embedder.path")
     for tier in tiers:
         _check_local_path(tier.model.path, f"cascade.{tier.index}.path")

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from memroute.types import Memory, TurnPair
+
+
+@dataclass(frozen=True)
+class UserRows:
+    """A user's memories and their vectors, row for row (``list_user_vectors``: the retriever's
+    in-process dense leg, ``retrieval.hot_vectors``)."""
+
+    memories: Sequence[Memory]
+    vectors: np.ndarray  # (len(memories), dim) float32, L2-normalized
 
 
 @runtime_checkable

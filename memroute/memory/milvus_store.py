@@ -18,6 +18,7 @@ import numpy as np
 from memroute.config.schema import MemoryConfig, is_server_uri
 from memroute.errors import BackendError, ConfigError, InvalidRequest
 from memroute.memory import filters, milvus_fulltext
+from memroute.memory.base import UserRows
 from memroute.memory.milvus_builds import replace_rows, upsert_keeps_partition_key
 from memroute.memory.milvus_rows import check_varchar as _check_varchar
 from memroute.memory.milvus_rows import delete_count, tenant_scan_filter
@@ -359,48 +360,54 @@ class MilvusMemoryStore:
 
     def list_user(self, user_id: str) -> list[Memory]:
         """Every memory of one user, oldest session first (paged: users may exceed 16384 rows)."""
-        rows = self._read(lambda: self._user_rows(user_id))
+        rows = [_memory(r, r["id"]) for r in self._read(lambda: self._user_rows(user_id))]
         return sorted(rows, key=lambda m: (m.session_time, m.session_id, m.turn_index, m.id))
 
     def _read(self, call: Any) -> Any:
         """A read on the request path (see milvus_rows.reloading and ReadBreaker)."""
         return reloading(self._client, self.collection, call, self._breaker)
 
-    def _user_rows(self, user_id: str) -> list[Memory]:
+    def _user_rows(self, user_id: str, fields: list[str] = OUTPUT_FIELDS) -> list[dict]:
         """One plain query while the user has fewer than READ_BATCH rows (it honours the
         timeout; pymilvus' query_iterator retries a server that does not answer for a minute),
         the paged iterator beyond."""
         self._check_open()
-        res = self._client.query(self.collection, output_fields=OUTPUT_FIELDS, limit=READ_BATCH,
+        res = self._client.query(self.collection, output_fields=fields, limit=READ_BATCH,
                                  timeout=self._timeout_s,
                                  **self._filter_kwargs(filters.user_filter(user_id)))
         if len(res) < READ_BATCH:
-            return [_memory(r, r["id"]) for r in res]
-        return list(self.iter_user(user_id))
+            return list(res)
+        return list(self._pages(self._iter_kwargs(user_id), READ_BATCH, fields))
+
+    def list_user_vectors(self, user_id: str) -> UserRows:
+        """The user's memories with their vectors, row for row, in one read (the retriever's
+        in-process dense leg, ``retrieval.hot_vectors``)."""
+        rows = self._read(lambda: self._user_rows(user_id, [*OUTPUT_FIELDS, "vector"]))
+        vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
+        return UserRows([_memory(r, r["id"]) for r in rows], vectors)
 
     def iter_user(self, user_id: str, *, batch_size: int = READ_BATCH) -> Iterator[Memory]:
         """Stream one user's memories page by page (validates the id before returning)."""
         self._check_open()
-        expr, params = filters.user_filter(user_id)
-        kwargs: dict[str, Any]
-        if self._templates:
-            # query_iterator forwards extra kwargs to every page's query request.
-            kwargs = {"filter": expr, "expr_params": params}
-        else:
-            kwargs = {"filter": filters.render(expr, params)}
-        return self._pages(kwargs, batch_size)
+        return (_memory(r, r["id"]) for r in self._pages(self._iter_kwargs(user_id), batch_size))
 
-    def _pages(self, kwargs: dict[str, Any], batch_size: int) -> Iterator[Memory]:
+    def _iter_kwargs(self, user_id: str) -> dict[str, Any]:
+        expr, params = filters.user_filter(user_id)
+        if self._templates:  # query_iterator forwards extra kwargs to every page's query
+            return {"filter": expr, "expr_params": params}
+        return {"filter": filters.render(expr, params)}
+
+    def _pages(self, kwargs: dict[str, Any], batch_size: int,
+               fields: list[str] = OUTPUT_FIELDS) -> Iterator[dict]:
         # Lite has no mvcc timestamps and pymilvus warns about it on every iterator.
         with _quiet_pymilvus(logging.ERROR):
             it = self._client.query_iterator(
-                self.collection, batch_size=batch_size, output_fields=OUTPUT_FIELDS,
+                self.collection, batch_size=batch_size, output_fields=fields,
                 timeout=self._timeout_s, **kwargs
             )
         try:
             while page := it.next():
-                for row in page:
-                    yield _memory(row, row["id"])
+                yield from page
         finally:
             it.close()
 

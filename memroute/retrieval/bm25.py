@@ -23,6 +23,7 @@ import numpy as np
 from memroute.config.schema import RetrievalConfig
 from memroute.errors import ConfigError
 from memroute.namespace import SEPARATOR as TENANT_SEPARATOR
+from memroute.retrieval.hot_vectors import UserRows, UserVectors
 from memroute.text.tokenize import tokenize, unigrams
 from memroute.types import Memory, validate_user_id
 
@@ -148,6 +149,7 @@ class MemoryIndex:
 
     index: BM25Index
     memories: dict[int, Memory]
+    vectors: UserVectors | None = None  # retrieval.hot_vectors: the dense leg in process
 
     def search(
         self, query: str, limit: int, *, time_window: tuple[int, int] | None = None
@@ -172,11 +174,13 @@ class MemoryIndex:
     @cached_property
     def nbytes(self) -> int:
         """Approximate memory held: the index and the memories' texts and objects."""
-        return self.index.nbytes() + sum(sys.getsizeof(m.text) + MEMORY_OBJECT_BYTES
-                                         for m in self.memories.values())
+        held = 0 if self.vectors is None else self.vectors.nbytes
+        return held + self.index.nbytes() + sum(sys.getsizeof(m.text) + MEMORY_OBJECT_BYTES
+                                                for m in self.memories.values())
 
 
-Loader = Callable[[str], Sequence[Memory]]
+# A user's memories, or (retrieval.hot_vectors) the memories with their vectors
+Loader = Callable[[str], "Sequence[Memory] | UserRows"]
 
 
 def _cap_bytes(mb: object) -> int:
@@ -289,8 +293,11 @@ class BM25Cache:
                 self._hits += 1
                 return entry
             stamp = self._stamp(uid)
-        memories = list(self._loader(uid))  # outside the lock: a store round trip
-        entry = self._build(memories)
+        loaded = self._loader(uid)  # outside the lock: a store round trip
+        if isinstance(loaded, UserRows):
+            entry = self._build(list(loaded.memories), loaded.vectors)
+        else:
+            entry = self._build(list(loaded))
         entry.nbytes  # noqa: B018 - sized here, outside the lock
         with self._lock:
             self.builds += 1
@@ -299,21 +306,27 @@ class BM25Cache:
                 self._put(uid, entry)
         return entry
 
-    def _build(self, memories: Sequence[Memory]) -> MemoryIndex:
+    def _build(self, memories: Sequence[Memory], vectors: np.ndarray | None = None,
+               *, hot: UserVectors | None = None) -> MemoryIndex:
         index = BM25Index(
             ((m.id, m.text) for m in memories),
             k1=self.k1, b=self.b, ngram=self.ngram, method=self.method, stem=self.stem,
         )
-        return MemoryIndex(index, {m.id: m for m in memories})
+        if hot is None and vectors is not None:
+            hot = UserVectors.of(memories, vectors)
+        return MemoryIndex(index, {m.id: m for m in memories}, hot)
 
-    def extend(self, memories: Iterable[Memory]) -> None:
+    def extend(self, memories: Iterable[Memory], vectors: np.ndarray | None = None) -> None:
         """Add freshly written memories to the users' cached indexes (a rebuild from the cached
         rows, ~60 ms for 1,000 memories) instead of dropping them: re-reading a user's rows from
-        Milvus Lite costs seconds. Users without a cached index are only invalidated."""
-        by_user: dict[str, list[Memory]] = {}
-        for m in memories:
-            by_user.setdefault(m.user_id, []).append(m)
-        for uid, new in by_user.items():
+        Milvus Lite costs seconds. Users without a cached index are only invalidated. An index
+        holding vectors keeps them only if ``vectors`` (row for row) come with the memories."""
+        items = list(memories)
+        by_user: dict[str, list[int]] = {}
+        for i, m in enumerate(items):
+            by_user.setdefault(m.user_id, []).append(i)
+        for uid, rows in by_user.items():
+            new = [items[i] for i in rows]
             with self._lock:
                 # Bumped first: a build from the store that started before this write is stale.
                 self._generation[uid] = self._generation.get(uid, 0) + 1
@@ -323,7 +336,10 @@ class BM25Cache:
             if entry is None:
                 continue
             merged = {**entry.memories, **{m.id: m for m in new}}
-            rebuilt = self._build(list(merged.values()))
+            hot = None
+            if entry.vectors is not None and vectors is not None:
+                hot = entry.vectors.merged(new, np.asarray(vectors)[rows])
+            rebuilt = self._build(list(merged.values()), hot=hot)
             rebuilt.nbytes  # noqa: B018 - sized here, outside the lock
             with self._lock:
                 if self._stamp(uid) == stamp:

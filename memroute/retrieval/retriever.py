@@ -102,7 +102,11 @@ class HybridRetriever:
         self.encoder = encoder
         self.store = store
         self.cfg = cfg
-        self.bm25 = bm25_cache or BM25Cache.from_config(store.list_user, cfg)
+        if cfg.hot_vectors and not hasattr(store, "list_user_vectors"):
+            raise ConfigError(f"hot_vectors needs a store that reads vectors back; "
+                              f"{type(store).__name__} does not", field="retrieval.hot_vectors")
+        loader = store.list_user_vectors if cfg.hot_vectors else store.list_user  # type: ignore[attr-defined]
+        self.bm25 = bm25_cache or BM25Cache.from_config(loader, cfg)
 
     # ----------------------------------------------------------------- writes
     def remember(self, pairs: Sequence[TurnPair]) -> int:
@@ -112,17 +116,19 @@ class HybridRetriever:
             if not isinstance(p, TurnPair):
                 raise InvalidRequest(f"expected TurnPair, got {type(p).__name__}", field="pairs")
             validate_user_id(p.user_id)  # before spending time on embeddings
-        written = 0
+        written, blocks = 0, []
         try:
             for start in range(0, len(items), EMBED_CHUNK):
                 chunk = items[start : start + EMBED_CHUNK]
                 vectors = self.encoder.encode([p.text() for p in chunk])
                 written += self.store.upsert(chunk, vectors)
+                blocks.append(np.asarray(vectors, dtype=np.float32))
         except BaseException:
             # A partly failed write may have changed rows: never keep a stale index.
             self.bm25.invalidate_many(p.user_id for p in items)
             raise
-        self.bm25.extend(memory_of(p) for p in items)
+        stacked = np.concatenate(blocks) if blocks and self.cfg.hot_vectors else None
+        self.bm25.extend((memory_of(p) for p in items), vectors=stacked)
         return written
 
     def invalidate(self, user_id: str) -> None:
@@ -286,6 +292,10 @@ class HybridRetriever:
         self, user_id: str, vector: np.ndarray, limit: int, window: TimeWindow | None
     ) -> list[tuple[Memory, float]]:
         """The dense leg: (memory, cosine), best first; within ``window`` when one is given."""
+        if self.cfg.hot_vectors:
+            entry = self.bm25.get(user_id)
+            if entry.vectors is not None:  # else a write without vectors dropped them: the store
+                return entry.vectors.search(entry.memories, vector, limit, window)
         if window is None:
             return self.store.search(user_id, vector, limit)
         if self._store_windows:

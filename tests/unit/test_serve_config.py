@@ -145,3 +145,11 @@ def test_the_extraction_tier_must_be_a_tier_of_the_cascade():
     with pytest.raises(ConfigError) as err:
         check_serve_config(compose_serve_config("cpu-tiny", ["extraction.tier=2"]))
     assert err.value.field == "extraction.tier"
+
+
+def test_hot_vectors_are_refused_with_several_ingress_replicas():
+    cfg = compose_serve_config("cpu-tiny", ["ingress.autoscaling.max_replicas=2",
+                                            "memory.uri=http://127.0.0.1:19530",
+                                            "retrieval.hot_vectors=true"])
+    assert _field_of(cfg) == "retrieval.hot_vectors"
+    check_serve_config(replace(cfg, retrieval=replace(cfg.retrieval, hot_vectors=False)))
