@@ -32,6 +32,6 @@ class RetrievalEvalConfig:
     output_dir: str = ".memroute/retrieval_eval"
     # Atomic units beside the turn-pairs: a units.jsonl a benchmark run's fact layer wrote
     # (python -m jobs.benchmark conditions=[warm_memory_units] ...: <run>/units.jsonl). Each
-    # strategy is then scored again as "<strategy>+units" (memroute/retrieval/with_units.py).
+    # strategy is then scored again as "<strategy>-units" (a dash: MLflow metric names take no "+") (memroute/retrieval/with_units.py).
     units_from: Optional[str] = None  # noqa: UP045 - OmegaConf reads Optional
     unit_k: int = 5  # units asked for per question

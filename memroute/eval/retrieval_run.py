@@ -76,7 +76,7 @@ def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
             if units:
                 unit_index = build.unit_index(UnitsConfig(), memory, cfg.retrieval, encoder)
                 add_units(unit_index, units)
-                retrievers |= {f"{name}+units": WithUnits(r, unit_index, unit_k=cfg.unit_k)
+                retrievers |= {f"{name}-units": WithUnits(r, unit_index, unit_k=cfg.unit_k)
                                for name, r in list(retrievers.items())}
             try:
                 rows += evaluate(retrievers, cases, ks=cfg.ks, label={"dim": label})

@@ -39,14 +39,14 @@ def test_units_pointing_at_the_gold_turn_are_found_and_scored_as_that_turn(tmp_p
     out = run_retrieval_eval(cfg)
     scores = pl.read_parquet(out.run_dir / "scores.parquet")
     plain = scores.filter(pl.col("strategy") == "bm25")
-    with_units = scores.filter(pl.col("strategy") == "bm25+units")
+    with_units = scores.filter(pl.col("strategy") == "bm25-units")
     assert plain.height == with_units.height == len(cases)
     # every question's own unit ranks first among the units, so at worst second overall (a
     # rank tie goes to the turn), and it counts as the gold turn it came from
     assert with_units["turn_recall_any@2"].mean() == 1.0
     assert plain["turn_recall_any@2"].mean() < 1.0  # not a test the turns pass alone
     assert (with_units["turn_recall_any@1"] >= plain["turn_recall_any@1"]).all()
-    assert "| full | bm25+units |" in out.report
+    assert "| full | bm25-units |" in out.report
 
 
 def test_a_missing_units_file_names_the_setting(tmp_path):
