@@ -39,9 +39,9 @@ class CachedEncoder:
         self.name, self.dim = inner.name, inner.dim
         self.folder = Path(folder).expanduser() / f"{inner.name}-{inner.dim}"
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._rows: dict[bytes, int] = {}
+        # key -> (block, row): blocks are never concatenated, so a write costs its own rows only
+        self._rows: dict[bytes, tuple[int, int]] = {}
         self._blocks: list[np.ndarray] = []
-        self._matrix = np.zeros((0, self.dim), dtype=np.float32)
         self.hits = self.misses = 0
         self._load()
 
@@ -59,16 +59,10 @@ class CachedEncoder:
         log.info("vector cache %s: %d vectors", self.folder, len(self._rows))
 
     def _add(self, keys: Sequence[bytes], vectors: np.ndarray) -> None:
-        start = len(self._matrix) + sum(len(b) for b in self._blocks)
-        for i, k in enumerate(keys):
-            self._rows.setdefault(k, start + i)
+        block = len(self._blocks)
         self._blocks.append(vectors)
-
-    def _all(self) -> np.ndarray:
-        if self._blocks:
-            self._matrix = np.concatenate([self._matrix, *self._blocks])
-            self._blocks = []
-        return self._matrix
+        for i, k in enumerate(keys):
+            self._rows.setdefault(k, (block, i))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -82,9 +76,9 @@ class CachedEncoder:
             self._add(list(missing), fresh)
         self.misses += len(missing)
         self.hits += len(keys) - len(missing)
-        matrix = self._all()
-        out = matrix[[self._rows[k] for k in keys]] if keys else np.zeros((0, self.dim), np.float32)
-        return np.ascontiguousarray(out, dtype=np.float32)
+        if not keys:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self._blocks[b][r] for b, r in (self._rows[k] for k in keys)])
 
     def _write(self, keys: list[bytes], vectors: np.ndarray) -> None:
         import pyarrow as pa
