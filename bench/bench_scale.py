@@ -7,9 +7,12 @@ memory with the BM25 cache cap on and off.
     python bench/bench_scale.py --users 20 --per-user 100 --queries 40   # a smoke run
 
 Data (seeded): each memory is one turn-pair whose user text joins five slots (activity, place,
-companion, object, time: ~10^7 combinations, so texts are nearly all distinct and the vectors
-are real MiniLM vectors of distinct texts); each user also holds 3 planted facts with a value of
-its own (a locker code, a pet's name, a city), asked later by a paraphrased question.
+companion, object, time: 396,000 sentences) after its session's date (42 days per user). Users
+draw their sentences from a shared pool (``--sentence-pool``, default 6,000: users say the same
+things, on their own dates), so 1M rows hold ~250k distinct texts and the first run embeds those
+once (~25 min on 2 cores instead of ~100); ``--sentence-pool 0`` draws every sentence afresh
+(nearly all 1M texts distinct). Each user also holds 3 planted facts with a value of its own (a
+locker code, a pet's name, a city), asked later by a paraphrased question.
 
 Embedding: ``embedder.vector_cache`` (default ``.memroute/vector_cache``): the first run embeds
 every text (1M texts: ~100 min on 2 cores) and caches the vectors by text hash; re-runs read them,
@@ -84,9 +87,10 @@ def planted(k: int, rng: random.Random) -> list[tuple[str, str, str]]:
              "Which city did my brother move to for work?")]
 
 
-def dataset(users: int, per_user: int, seed: int):
+def dataset(users: int, per_user: int, seed: int, sentence_pool: int = 0):
     """Turn-pairs (filler and planted, interleaved) and the planted (user, pair id, question)."""
     rng = random.Random(seed)
+    pool = [filler(rng) for _ in range(sentence_pool)]
     pairs, gold = [], []
     for k in range(users):
         uid = namespaced_user_id("scale", f"u{k:05d}")
@@ -97,7 +101,8 @@ def dataset(users: int, per_user: int, seed: int):
             if i in slots:
                 text, answer, question = next(f)
             else:
-                text, answer, question = filler(rng), "Sounds good.", None
+                text = rng.choice(pool) if pool else filler(rng)
+                answer, question = "Sounds good.", None
             p = TurnPair(uid, f"s{i // 20}", i, text, answer, T0 + 3600 * i, created_at=T0 + i)
             pairs.append(p)
             if question:
@@ -122,11 +127,10 @@ def rss_mb() -> float:
 def wait_indexed(store, timeout_s: float) -> float:
     """Seconds until the server's index covers every row (growing segments are brute-forced)."""
     t0 = time.perf_counter()
-    client, last, since = store._client, -1, time.perf_counter()
+    last, since = -1, time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
-        info = client.describe_index(store.collection, "vector")
-        done = int(info.get("indexed_rows", 0))
-        if info.get("state") == "Finished" and not int(info.get("pending_index_rows", 0)):
+        done, pending, finished = store.index_progress()
+        if finished and not pending:
             break
         if done != last:
             last, since = done, time.perf_counter()
@@ -134,6 +138,23 @@ def wait_indexed(store, timeout_s: float) -> float:
             break
         time.sleep(2)
     return time.perf_counter() - t0
+
+
+def embed_distinct(pairs, args) -> dict:
+    """Fill the vector cache with every distinct text, once, in this process: the ingest's
+    embedding actors then only read it (two actors missing the same text would embed it twice)."""
+    from tqdm import tqdm
+
+    enc = build.encoder(EmbedderConfig(vector_cache=args.vector_cache),
+                        build.asset_store(IngestConfig().assets))
+    texts = sorted({p.text() for p in pairs}, key=len)  # similar lengths per batch pad less
+    todo = [t for t in texts if t not in enc]
+    t0 = time.perf_counter()
+    for i in tqdm(range(0, len(todo), 4096), desc="embedding distinct texts", unit="batch"):
+        enc.encode(todo[i:i + 4096])
+    seconds = time.perf_counter() - t0
+    return {"distinct": len(texts), "embedded": len(todo), "seconds": round(seconds, 1),
+            "texts_per_s": round(len(todo) / seconds, 1) if todo else None}
 
 
 def ingest(pairs, args, uri: str, collection: str) -> dict:
@@ -203,12 +224,15 @@ def main(argv=None) -> None:
     ap.add_argument("--per-user", type=int, default=1000)
     ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sentence-pool", type=int, default=6000,
+                    help="filler sentences shared by all users (0: each drawn afresh)")
     ap.add_argument("--uri", default="", help="a running Milvus server (default: start one)")
     ap.add_argument("--vector-cache", default=str(ROOT / ".memroute" / "vector_cache"))
     ap.add_argument("--work", type=Path, default=Path(tempfile.mkdtemp(prefix="mr-scale-")))
     ap.add_argument("--out", type=Path, default=ROOT / ".memroute" / "bench" / "scale.json")
     ap.add_argument("--cap-mb", type=float, nargs=2, default=(64.0, 0.0),
                     help="BM25 cache caps to compare (0: no cap)")
+    ap.add_argument("--embed-only", action="store_true", help="fill the vector cache and stop")
     ap.add_argument("--only-query", default="", help=argparse.SUPPRESS)  # the per-cap subprocess
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -219,8 +243,13 @@ def main(argv=None) -> None:
         return
 
     t0 = time.perf_counter()
-    pairs, gold = dataset(args.users, args.per_user, args.seed)
-    print(f"{len(pairs):,} turn-pairs for {args.users} users generated in {time.perf_counter() - t0:.0f} s")
+    pairs, gold = dataset(args.users, args.per_user, args.seed, args.sentence_pool)
+    print(f"{len(pairs):,} turn-pairs for {args.users} users generated in "
+          f"{time.perf_counter() - t0:.0f} s")
+    embedding = embed_distinct(pairs, args)
+    print("embedding:", embedding)
+    if args.embed_only:
+        return
     server = None
     uri = args.uri
     if not uri:
@@ -233,7 +262,8 @@ def main(argv=None) -> None:
     collection = f"scale_{args.users}x{args.per_user}"
     try:
         result = {"machine": machine_info(), "users": args.users, "per_user": args.per_user,
-                  "rows": len(pairs), "ingest": ingest(pairs, args, uri, collection)}
+                  "rows": len(pairs), "sentence_pool": args.sentence_pool,
+                  "embedding": embedding, "ingest": ingest(pairs, args, uri, collection)}
         print("ingest:", result["ingest"])
         gold_file = args.work / "gold.json"
         gold_file.write_text(json.dumps(gold))

@@ -67,6 +67,9 @@ class CachedEncoder:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and text_key(text) in self._rows
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         keys = [text_key(t) for t in texts]
         missing = {k: t for k, t in zip(keys, texts) if k not in self._rows}

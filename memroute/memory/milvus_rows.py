@@ -193,3 +193,17 @@ def reloading(client: Any, collection: str, call: Callable[[], Any],
             raise BackendUnavailable(f"the memory store does not answer ({exc.code().name})",
                                      field="memory.uri") from exc  # type: ignore[attr-defined]
         raise
+
+
+def query_pages(client: Any, collection: str, *, batch_size: int, fields: list[str],
+                timeout_s: float, **kwargs: Any) -> Iterator[dict]:
+    """Every row a filter matches, through pymilvus' query iterator, page by page."""
+    # Lite has no mvcc timestamps and pymilvus warns about it on every iterator.
+    with quiet_pymilvus(logging.ERROR):
+        it = client.query_iterator(collection, batch_size=batch_size, output_fields=fields,
+                                   timeout=timeout_s, **kwargs)
+    try:
+        while page := it.next():
+            yield from page
+    finally:
+        it.close()

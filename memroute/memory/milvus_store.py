@@ -20,14 +20,13 @@ from memroute.errors import BackendError, ConfigError, InvalidRequest
 from memroute.memory import filters, milvus_fulltext
 from memroute.memory.base import UserRows
 from memroute.memory.milvus_builds import replace_rows, upsert_keeps_partition_key
+from memroute.memory.milvus_rows import MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT  # noqa: F401 - re-exported
+from memroute.memory.milvus_rows import (ReadBreaker, delete_count, query_pages, reloading,
+                                         stored_text, tenant_scan_filter, turn_pair_schema)
 from memroute.memory.milvus_rows import check_varchar as _check_varchar
-from memroute.memory.milvus_rows import delete_count, tenant_scan_filter
 from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
 from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
-from memroute.memory.milvus_rows import MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT  # noqa: F401 - re-exported
-from memroute.memory.milvus_rows import ReadBreaker, reloading, turn_pair_schema
-from memroute.memory.milvus_rows import stored_text
 from memroute.types import Memory, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
@@ -399,17 +398,16 @@ class MilvusMemoryStore:
 
     def _pages(self, kwargs: dict[str, Any], batch_size: int,
                fields: list[str] = OUTPUT_FIELDS) -> Iterator[dict]:
-        # Lite has no mvcc timestamps and pymilvus warns about it on every iterator.
-        with _quiet_pymilvus(logging.ERROR):
-            it = self._client.query_iterator(
-                self.collection, batch_size=batch_size, output_fields=fields,
-                timeout=self._timeout_s, **kwargs
-            )
-        try:
-            while page := it.next():
-                yield from page
-        finally:
-            it.close()
+        return query_pages(self._client, self.collection, batch_size=batch_size, fields=fields,
+                           timeout_s=self._timeout_s, **kwargs)
+
+    def index_progress(self) -> tuple[int, int, bool]:
+        """(indexed rows, pending rows, finished) of the vector index: a server indexes sealed
+        segments in the background and brute-forces the rest, so bulk loads wait for it."""
+        self._check_open()
+        info = self._client.describe_index(self.collection, "vector")
+        return (int(info.get("indexed_rows", 0)), int(info.get("pending_index_rows", 0)),
+                info.get("state") == "Finished")
 
     def count(self, user_id: str | None = None) -> int:
         self._check_open()

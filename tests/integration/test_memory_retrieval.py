@@ -182,6 +182,12 @@ def test_list_user_pages_through_everything(retriever, store):
     assert {m.user_id for m in listed} == {ALICE}
 
 
+def test_index_progress_covers_every_flushed_row(retriever, store):
+    store.flush()
+    indexed, pending, finished = store.index_progress()
+    assert (indexed, pending, finished) == (store.count(), 0, True)  # Lite indexes on write
+
+
 def test_new_memory_is_searchable_by_bm25_right_after_remember(retriever):
     assert retriever.retrieve(CAROL, "kumquat", strategy="bm25") == []  # builds carol's index
     new = TurnPair(CAROL, "s9", 0, "We grew a kumquat tree on the balcony.", "Nice!", T0)

@@ -34,6 +34,7 @@ def test_cached_vectors_are_read_back_and_never_encoded_twice(tmp_path):
     again = CountingEncoder()
     second = CachedEncoder(again, tmp_path)  # a re-run, another process: reads the parts
     assert len(second) == 3
+    assert "banana" in second and "durian" not in second and 7 not in second
     b = second.encode(["cherry", "alpha", "durian"])
     assert again.seen == ["durian"]
     assert np.allclose(b[0], a[3]) and np.allclose(b[1], a[0])
