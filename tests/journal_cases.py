@@ -185,6 +185,22 @@ def prune_flushed_keeps_pending(make_journal) -> None:
     assert again > b
 
 
+def recently_flushed_entries_are_read_while_asked_for(make_journal) -> None:
+    now = [1000.0]
+    j = make_journal(clock=lambda: now[0])
+    a, b, c = j.append([pair(turn=1), pair(turn=2), pair(turn=3)])
+    j.mark_flushed([a, b])
+    now[0] += 1.5
+    assert [e.seq for e in j.pending_for_user(ALICE)] == [c]  # flushed ones left the pending read
+    assert [e.seq for e in j.pending_for_user(ALICE, flushed_within_s=2.0)] == [a, b, c]
+    assert [e.seq for e in j.pending_for_user(ALICE, 2, flushed_within_s=2.0)] == [b, c]
+    now[0] += 1.0  # 2.5 s after the flush: the store shows them everywhere by now
+    assert [e.seq for e in j.pending_for_user(ALICE, flushed_within_s=2.0)] == [c]
+    assert j.pending_for_user(BOB, flushed_within_s=2.0) == []
+    with pytest.raises(ValueError, match="flushed_within_s"):
+        j.pending_for_user(ALICE, flushed_within_s=-1)
+
+
 def a_failing_listener_does_not_undo_the_ack(make_journal) -> None:
     j = make_journal()
     seen: list[int] = []
@@ -206,5 +222,6 @@ CASES = [
     retried_pair_is_recorded_once_and_allocates_no_seq,
     changed_content_replaces_the_entry_with_a_new_seq,
     prune_flushed_keeps_pending,
+    recently_flushed_entries_are_read_while_asked_for,
     a_failing_listener_does_not_undo_the_ack,
 ]

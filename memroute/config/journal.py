@@ -26,6 +26,10 @@ class JournalConfig:
     # /readyz reports not ready above this many acknowledged pairs waiting for the store
     ready_max_pending: int = 10_000
     idempotency_lease_s: float = 600.0  # an unfinished claim older than this is taken over
+    # On a Milvus server, reads are memory.read_consistency=Session: another replica's flushed
+    # write shows after the server's next time tick (~200 ms), so read-your-writes keeps
+    # reading an entry from the journal this long after its flush (0: not at all).
+    visible_after_s: float = 2.0
 
 
 def check_journal_config(cfg: JournalConfig) -> JournalConfig:
@@ -45,7 +49,7 @@ def check_journal_config(cfg: JournalConfig) -> JournalConfig:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ConfigError(f"{name} must be a positive integer, got {size!r}",
                               field=f"journal.{name}")
-    for name in ("interval_s", "max_backoff_s"):
+    for name in ("interval_s", "max_backoff_s", "visible_after_s"):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 3600:
             raise ConfigError(

@@ -45,6 +45,10 @@ class MemoryConfig:
     # path: its answer then comes without memory, flagged) and upserts/flushes (the flusher's).
     timeout_s: float = 3.0
     write_timeout_s: float = 30.0
+    # A server's request-path reads (searches, a user's rows): Strong waits for the next time
+    # tick, ~200 ms a read; Session sees this process's writes at once (another replica's
+    # through journal.visible_after_s). Strong | Session | Bounded | Eventually. Lite: unused.
+    read_consistency: str = "Session"
 
 
 # URI prefixes of a Milvus server; anything else is a Milvus Lite file path. The one test of it.

@@ -8,7 +8,9 @@ wraps the store-backed retriever for the Router (same ``remember`` / ``retrieve_
 - ``retrieve_many`` reads the user's pending entries *first*, then the store. A pair flushed in
   between is then seen in the store and/or the journal copy (deduplicated by id, the journal's
   copy wins: it is the newer); reading the store first could miss a pair that moved out of the
-  journal in between.
+  journal in between. With ``visible_after_s`` (``journal.visible_after_s`` on a Milvus server,
+  whose Session reads show another replica's write only after a time tick) an entry flushed
+  that recently is still read from the journal.
 
 Ranking, when the wrapped retriever is a hybrid one (it has ``encoder`` and a
 :class:`RetrievalConfig`): the pending pairs are scored like stored ones, dense cosine + BM25
@@ -107,6 +109,7 @@ class JournaledRetriever:
         max_pending: int = DEFAULT_MAX_PENDING,
         cache_size: int = DEFAULT_CACHE_SIZE,
         slot_floor: float | None = DEFAULT_SLOT_FLOOR,
+        visible_after_s: float = 0.0,
     ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
             raise InvalidRequest("max_pending must be an integer >= 0", field="max_pending")
@@ -116,6 +119,8 @@ class JournaledRetriever:
         self.journal = journal
         self.max_pending = max_pending
         self.slot_floor = slot_floor  # None: no recency slot, the fused order only
+        # journal.visible_after_s: flushed entries read from the journal until the store shows them
+        self.visible_after_s = visible_after_s
         encoder = getattr(retriever, "encoder", None)
         # Scored like stored pairs when the retriever is a hybrid one; lexical fallback otherwise.
         self.cfg: RetrievalConfig | None = (
@@ -154,7 +159,8 @@ class JournaledRetriever:
             raise InvalidRequest("user_ids must be a list", field="user_ids")
         # The journal snapshot is taken before the store is read (see the module doc).
         snapshot: Mapping[str, list[JournalEntry]] = {
-            uid: self.journal.pending_for_user(validate_user_id(uid), PENDING_SCAN)
+            uid: self.journal.pending_for_user(validate_user_id(uid), PENDING_SCAN,
+                                               flushed_within_s=self.visible_after_s)
             for uid in dict.fromkeys(user_ids)
         }
         k = self.default_top_k if top_k is None else top_k

@@ -344,17 +344,29 @@ class Journal(ListenersMixin):
             args.append(_check_limit(limit))
         return [JournalEntry(s, self._decode(s, p), a) for s, p, a in self._read(sql, args)]
 
-    def pending_for_user(self, user_id: str, limit: int | None = None) -> list[JournalEntry]:
-        """A user's unflushed entries, oldest first; with ``limit`` only the newest ``limit``."""
+    def pending_for_user(self, user_id: str, limit: int | None = None, *,
+                         flushed_within_s: float = 0.0) -> list[JournalEntry]:
+        """A user's unflushed entries, oldest first; with ``limit`` only the newest ``limit``;
+        with ``flushed_within_s`` also those flushed that recently (not yet visible everywhere)."""
         validate_user_id(user_id)
+        # the plain pending read stays on its partial index; the recent ones need flushed_at
+        recent = self._recent(flushed_within_s)
+        which = f"({PENDING} OR flushed_at >= ?)" if recent else PENDING
         sql = ("SELECT seq, payload, appended_at FROM entries "
-               f"WHERE {PENDING} AND user_id = ? AND {NOT_ERASED} ORDER BY seq DESC")
-        args: list[Any] = [user_id]
+               f"WHERE {which} AND user_id = ? AND {NOT_ERASED} ORDER BY seq DESC")
+        args: list[Any] = [self._clock() - flushed_within_s, user_id] if recent else [user_id]
         if limit is not None:
             sql += " LIMIT ?"
             args.append(_check_limit(limit))
         rows = self._read(sql, args)
         return [JournalEntry(s, self._decode(s, p), a) for s, p, a in reversed(rows)]
+
+    @staticmethod
+    def _recent(within_s: float) -> bool:
+        """Whether recently flushed entries are asked for (``within_s`` > 0), checked."""
+        if isinstance(within_s, bool) or not isinstance(within_s, (int, float)) or within_s < 0:
+            raise ValueError(f"flushed_within_s must be a number of seconds >= 0, got {within_s!r}")
+        return within_s > 0
 
     def failed(self, limit: int = 100) -> list[JournalEntry]:
         """Entries parked by :meth:`mark_failed`, oldest first, with their error."""

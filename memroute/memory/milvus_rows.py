@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from memroute.errors import BackendUnavailable, InvalidRequest
+from memroute.errors import BackendUnavailable, ConfigError, InvalidRequest
 from memroute.namespace import SEPARATOR, validate_tenant
 from memroute.text.clip import clip_utf8, shorten_middle
 from memroute.types import Memory, TurnPair
@@ -207,3 +207,15 @@ def query_pages(client: Any, collection: str, *, batch_size: int, fields: list[s
             yield from page
     finally:
         it.close()
+
+
+CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
+
+
+def read_consistency(level: str, server: bool) -> dict[str, Any]:
+    """The request-path reads' ``consistency_level`` kwarg (``memory.read_consistency``): a
+    server's Strong read waits for its next time tick (~200 ms); Lite has no ticks to wait for."""
+    if level not in CONSISTENCY_LEVELS:
+        raise ConfigError(f"read_consistency must be one of {', '.join(CONSISTENCY_LEVELS)}, "
+                          f"got {level!r}", field="memory.read_consistency")
+    return {"consistency_level": level} if server else {}

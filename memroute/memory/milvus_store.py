@@ -21,8 +21,9 @@ from memroute.memory import filters, milvus_fulltext
 from memroute.memory.base import UserRows
 from memroute.memory.milvus_builds import replace_rows, upsert_keeps_partition_key
 from memroute.memory.milvus_rows import MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT  # noqa: F401 - re-exported
-from memroute.memory.milvus_rows import (ReadBreaker, delete_count, query_pages, reloading,
-                                         stored_text, tenant_scan_filter, turn_pair_schema)
+from memroute.memory.milvus_rows import (ReadBreaker, delete_count, query_pages, read_consistency,
+                                         reloading, stored_text, tenant_scan_filter,
+                                         turn_pair_schema)
 from memroute.memory.milvus_rows import check_varchar as _check_varchar
 from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
@@ -73,6 +74,7 @@ class MilvusMemoryStore:
             raise ConfigError("num_partitions must be >= 1", field="memory.num_partitions")
         if not cfg.collection:
             raise ConfigError("collection must not be empty", field="memory.collection")
+        self._consistency = read_consistency(cfg.read_consistency, is_server_uri(cfg.uri))
 
         self.cfg = cfg
         self.dim = dim
@@ -298,7 +300,7 @@ class MilvusMemoryStore:
             output_fields=OUTPUT_FIELDS,
             search_params={"metric_type": self._metric, "params": self._search_params(limit)},
             timeout=self._timeout_s,
-            **self._filter_kwargs(flt),
+            **self._filter_kwargs(flt), **self._consistency,
         ))
         hits = [(_memory(h["entity"], h["id"]), float(h["distance"])) for h in res[0]]
         hits.sort(key=lambda mh: -mh[1])  # servers return best first; make it a guarantee
@@ -310,7 +312,8 @@ class MilvusMemoryStore:
         (memory, BM25 score > 0), best first."""
         flt = self._fulltext_request(user_id, query, limit, time_window)
         hits = self._read(lambda: milvus_fulltext.bm25_hits(
-            self._client, self.collection, query, limit, self._filter_kwargs(flt), OUTPUT_FIELDS,
+            self._client, self.collection, query, limit,
+            {**self._filter_kwargs(flt), **self._consistency}, OUTPUT_FIELDS,
             timeout_s=self._timeout_s,
         ))
         return [(_memory(entity, pk), score) for entity, pk, score in hits]
@@ -373,7 +376,8 @@ class MilvusMemoryStore:
         self._check_open()
         res = self._client.query(self.collection, output_fields=fields, limit=READ_BATCH,
                                  timeout=self._timeout_s,
-                                 **self._filter_kwargs(filters.user_filter(user_id)))
+                                 **self._filter_kwargs(filters.user_filter(user_id)),
+                                 **self._consistency)
         if len(res) < READ_BATCH:
             return list(res)
         return list(self._pages(self._iter_kwargs(user_id), READ_BATCH, fields))

@@ -110,7 +110,8 @@ class ServingCore:
                                            probe_fn=getattr(self.store, "ping", None))
         self.router = build.router(
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
-            JournaledRetriever(self.retriever, self.journal),
+            JournaledRetriever(self.retriever, self.journal, visible_after_s=(
+                cfg.journal.visible_after_s if is_server_uri(cfg.memory.uri) else 0.0)),
             facts=self.facts if cfg.facts.inject else None,
         )
         self.memory_api = MemoryApi(cfg, facts=self.facts, journal=self.journal, store=self.store,

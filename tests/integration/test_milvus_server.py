@@ -95,6 +95,21 @@ def test_index_progress_never_counts_more_rows_than_are_stored(memory):
     assert 0 <= indexed + pending <= store.count() and isinstance(finished, bool)
 
 
+def test_session_reads_see_this_process_s_write_at_once(memory, encoder):
+    store, _ = memory
+    fresh = pair(ALICE, 300, "My new bike lock combination is 9-3-7-1.", "Noted, 9-3-7-1.")
+    store.upsert([fresh], encoder.encode([fresh.text()]))  # no flush: the next read must see it
+    assert store.search(ALICE, encoder.encode([fresh.text()])[0], 1)[0][0].id == fresh.id
+    assert fresh.id in {m.id for m in store.list_user(ALICE)}
+    store.delete_ids(ALICE, [fresh.id])
+
+
+def test_an_unknown_read_consistency_is_refused_with_the_setting_named(milvus_server, encoder):
+    with pytest.raises(ConfigError) as err:
+        open_store(milvus_server.uri, encoder.dim, read_consistency="strong-ish")
+    assert err.value.field == "memory.read_consistency"
+
+
 def test_a_filter_injection_is_refused_and_nothing_changes(memory, encoder):
     store, _ = memory
     before = store.count()

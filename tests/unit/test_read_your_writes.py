@@ -100,6 +100,17 @@ def test_a_paraphrase_with_no_shared_word_sees_the_pending_pair(setup):
     assert served.retrieve("bob", query) == []  # another user's pending pair
 
 
+def test_a_pair_flushed_by_another_replica_is_read_from_the_journal_until_visible(setup):
+    inner, journal, served, _ = setup
+    fact = pair("I am vegetarian now.", 1)
+    served.remember([fact])
+    journal.mark_flushed([e.seq for e in journal.pending()])  # flushed: the store lags behind
+    query = "What are my current dietary restrictions?"
+    assert fact.id not in ids(served.retrieve("alice", query))  # the window this closes
+    lagging = JournaledRetriever(inner, journal, visible_after_s=30.0)
+    assert ids(lagging.retrieve("alice", query))[0] == fact.id
+
+
 @pytest.mark.parametrize("strategy", ["bm25", "hybrid"])
 def test_a_stemmed_only_overlap_is_seen(setup, tmp_path, strategy):
     inner, journal, _, encoder = setup
