@@ -184,12 +184,13 @@ def ingest(pairs, args, uri: str, collection: str) -> dict:
             "rows_per_s": round(summary.written / seconds, 1)}
 
 
-def query(args, uri: str, collection: str, gold, cap_mb: float) -> dict:
+def query(args, uri: str, collection: str, gold, cap_mb: float, hot: bool = False) -> dict:
     enc = build.encoder(EmbedderConfig(), build.asset_store(IngestConfig().assets))
     store = build.store(MemoryConfig(uri=uri, collection=collection, index_type="HNSW",
                                      timeout_s=60.0), enc.dim)
     indexed_s = wait_indexed(store, 3600)
-    retriever = build.retriever(enc, store, RetrievalConfig(top_k=5, bm25_cache_mb=cap_mb))
+    retriever = build.retriever(enc, store, RetrievalConfig(top_k=5, bm25_cache_mb=cap_mb,
+                                                                hot_vectors=hot))
     rng = random.Random(args.seed + 1)
     asked = [rng.choice(gold) for _ in range(args.queries)]
     times = {"embed": [], "dense": [], "hybrid_cold": [], "hybrid_warm": []}
@@ -213,7 +214,8 @@ def query(args, uri: str, collection: str, gold, cap_mb: float) -> dict:
     return {"index_wait_s": round(indexed_s, 1),
             **{k: summary_ms(v) for k, v in times.items() if v},
             "recall@5": {k: round(v / len(asked), 3) for k, v in found.items()},
-            "bm25_cache": {"cap_mb": cap_mb, "users": stats.users, "mb": round(stats.bytes / 2**20, 1),
+            "bm25_cache": {"cap_mb": cap_mb, "hot_vectors": hot, "users": stats.users,
+                           "mb": round(stats.bytes / 2**20, 1),
                            "evictions": stats.evictions},
             "max_rss_mb": round(rss_mb())}
 
@@ -232,14 +234,16 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=ROOT / ".memroute" / "bench" / "scale.json")
     ap.add_argument("--cap-mb", type=float, nargs=2, default=(64.0, 0.0),
                     help="BM25 cache caps to compare (0: no cap)")
+    ap.add_argument("--hot-vectors-mb", type=float, default=256.0,
+                    help="also query with retrieval.hot_vectors under this cache cap (0: skip)")
     ap.add_argument("--embed-only", action="store_true", help="fill the vector cache and stop")
     ap.add_argument("--only-query", default="", help=argparse.SUPPRESS)  # the per-cap subprocess
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.only_query:  # uri, collection, cap, gold file: one query phase, in its own process
-        uri, collection, cap, gold_file = args.only_query.split("|")
+        uri, collection, cap, hot, gold_file = args.only_query.split("|")
         gold = [tuple(g) for g in json.loads(Path(gold_file).read_text())]
-        print(json.dumps(query(args, uri, collection, gold, float(cap))))
+        print(json.dumps(query(args, uri, collection, gold, float(cap), hot == "hot")))
         return
 
     t0 = time.perf_counter()
@@ -268,13 +272,17 @@ def main(argv=None) -> None:
         gold_file = args.work / "gold.json"
         gold_file.write_text(json.dumps(gold))
         result["query"] = {}
-        for cap in args.cap_mb:  # a process each: peak RSS is per process
+        phases = [(cap, "") for cap in args.cap_mb]
+        if args.hot_vectors_mb:
+            phases.append((args.hot_vectors_mb, "hot"))
+        for cap, hot in phases:  # a process each: peak RSS is per process
             run = subprocess.run([sys.executable, __file__, "--queries", str(args.queries),
                                   "--seed", str(args.seed),
-                                  "--only-query", f"{uri}|{collection}|{cap}|{gold_file}"],
+                                  "--only-query", f"{uri}|{collection}|{cap}|{hot}|{gold_file}"],
                                  capture_output=True, text=True, check=True)
-            result["query"][f"cap_{cap:g}mb"] = json.loads(run.stdout.strip().splitlines()[-1])
-            print(f"queries, BM25 cap {cap:g} MB:", result["query"][f"cap_{cap:g}mb"])
+            name = f"cap_{cap:g}mb" + ("_hot_vectors" if hot else "")
+            result["query"][name] = json.loads(run.stdout.strip().splitlines()[-1])
+            print(f"queries, {name}:", result["query"][name])
     finally:
         if server is not None:
             server.stop()
