@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 WRITE_BATCH = 1000  # rows per upsert request
 READ_BATCH = 1000  # rows per query-iterator page
 MAX_SEARCH_LIMIT = 16384  # Milvus' top-k ceiling
+QUERY_WINDOW = 16384  # rows one plain query may return (Milvus' offset + limit ceiling)
 
 INDEX_PARAMS: dict[str, dict[str, Any]] = {
     "FLAT": {},
@@ -370,15 +371,15 @@ class MilvusMemoryStore:
         return reloading(self._client, self.collection, call, self._breaker)
 
     def _user_rows(self, user_id: str, fields: list[str] = OUTPUT_FIELDS) -> list[dict]:
-        """One plain query while the user has fewer than READ_BATCH rows (it honours the
-        timeout; pymilvus' query_iterator retries a server that does not answer for a minute),
-        the paged iterator beyond."""
+        """One plain query while the user has fewer than QUERY_WINDOW rows (it honours the
+        timeout, and the consistency: pymilvus' query_iterator retries a server that does not
+        answer for a minute and opens with a Strong query), the paged iterator beyond."""
         self._check_open()
-        res = self._client.query(self.collection, output_fields=fields, limit=READ_BATCH,
+        res = self._client.query(self.collection, output_fields=fields, limit=QUERY_WINDOW,
                                  timeout=self._timeout_s,
                                  **self._filter_kwargs(filters.user_filter(user_id)),
                                  **self._consistency)
-        if len(res) < READ_BATCH:
+        if len(res) < QUERY_WINDOW:
             return list(res)
         return list(self._pages(self._iter_kwargs(user_id), READ_BATCH, fields))
 

@@ -182,6 +182,15 @@ def test_list_user_pages_through_everything(retriever, store):
     assert {m.user_id for m in listed} == {ALICE}
 
 
+def test_a_user_beyond_one_query_window_is_read_page_by_page(retriever, store, monkeypatch):
+    from memroute.memory import milvus_store
+
+    whole = {m.id for m in store.list_user(ALICE)}
+    monkeypatch.setattr(milvus_store, "QUERY_WINDOW", 7)  # ALICE has more: the pager reads on
+    assert len(whole) > 7 and {m.id for m in store.list_user(ALICE)} == whole
+    assert len(store.list_user_vectors(ALICE).memories) == len(whole)
+
+
 def test_index_progress_covers_every_flushed_row(retriever, store):
     store.flush()
     indexed, pending, finished = store.index_progress()
