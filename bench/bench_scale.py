@@ -166,7 +166,7 @@ def ingest(pairs, args, uri: str, collection: str) -> dict:
     cfg = IngestConfig(
         dataset=DatasetConfig(name="synthetic"),
         embedder=EmbedderConfig(vector_cache=args.vector_cache),
-        memory=MemoryConfig(uri=uri, collection=collection, index_type="HNSW"),
+        memory=MemoryConfig(uri=uri, collection=collection, index_type=args.index),
         tracking=TrackingConfig(enabled=False), work_dir=str(args.work / "ingest"),
         skip_existing=False, progress=True)
     cfg.write.batch_size = 1000
@@ -186,7 +186,7 @@ def ingest(pairs, args, uri: str, collection: str) -> dict:
 
 def query(args, uri: str, collection: str, gold, cap_mb: float, hot: bool = False) -> dict:
     enc = build.encoder(EmbedderConfig(), build.asset_store(IngestConfig().assets))
-    store = build.store(MemoryConfig(uri=uri, collection=collection, index_type="HNSW",
+    store = build.store(MemoryConfig(uri=uri, collection=collection, index_type=args.index,
                                      timeout_s=60.0), enc.dim)
     indexed_s = wait_indexed(store, 3600)
     retriever = build.retriever(enc, store, RetrievalConfig(top_k=5, bm25_cache_mb=cap_mb,
@@ -236,6 +236,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=ROOT / ".memroute" / "bench" / "scale.json")
     ap.add_argument("--cap-mb", type=float, nargs=2, default=(64.0, 0.0),
                     help="BM25 cache caps to compare (0: no cap)")
+    ap.add_argument("--index", default="HNSW", help="memory.index_type (conf/memory/server.yaml: HNSW)")
     ap.add_argument("--hot-vectors-mb", type=float, default=256.0,
                     help="also query with retrieval.hot_vectors under this cache cap (0: skip)")
     ap.add_argument("--embed-only", action="store_true", help="fill the vector cache and stop")
@@ -265,10 +266,10 @@ def main(argv=None) -> None:
         server = LoopbackMilvus(args.work / "milvus")
         print(f"Milvus 2.3 server ready in {server.start():.0f} s at {server.uri}")
         uri = server.uri
-    collection = f"scale_{args.users}x{args.per_user}"
+    collection = f"scale_{args.users}x{args.per_user}_{args.index.lower()}"
     try:
         result = {"machine": machine_info(), "users": args.users, "per_user": args.per_user,
-                  "rows": len(pairs), "sentence_pool": args.sentence_pool,
+                  "rows": len(pairs), "sentence_pool": args.sentence_pool, "index": args.index,
                   "embedding": embedding, "ingest": ingest(pairs, args, uri, collection)}
         print("ingest:", result["ingest"])
         gold_file = args.work / "gold.json"
@@ -279,7 +280,7 @@ def main(argv=None) -> None:
             phases.append((args.hot_vectors_mb, "hot"))
         for cap, hot in phases:  # a process each: peak RSS is per process
             run = subprocess.run([sys.executable, __file__, "--queries", str(args.queries),
-                                  "--seed", str(args.seed),
+                                  "--seed", str(args.seed), "--index", args.index,
                                   "--only-query", f"{uri}|{collection}|{cap}|{hot}|{gold_file}"],
                                  capture_output=True, text=True, check=True)
             name = f"cap_{cap:g}mb" + ("_hot_vectors" if hot else "")
