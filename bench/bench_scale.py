@@ -124,6 +124,12 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def rss_now_mb() -> float:
+    """Resident memory now (the peak above is set by loading torch and the encoder)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
 def wait_indexed(store, timeout_s: float) -> float:
     """Seconds until the server's index covers every row (growing segments are brute-forced)."""
     t0 = time.perf_counter()
@@ -219,7 +225,7 @@ def query(args, uri: str, collection: str, gold, cap_mb: float, hot: bool = Fals
             "bm25_cache": {"cap_mb": cap_mb, "hot_vectors": hot, "users": stats.users,
                            "mb": round(stats.bytes / 2**20, 1),
                            "evictions": stats.evictions},
-            "max_rss_mb": round(rss_mb())}
+            "max_rss_mb": round(rss_mb()), "rss_end_mb": round(rss_now_mb())}
 
 
 def main(argv=None) -> None:
