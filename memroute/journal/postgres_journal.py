@@ -54,6 +54,7 @@ from memroute.journal.sqlite_journal import (
     JournalStats,
     _check_actor,
     _check_limit,
+    _wants_recent,
     erased_entries,
 )
 from memroute.journal.sqlite_setup import JournalError
@@ -349,7 +350,7 @@ class PostgresJournal(ListenersMixin):
         with ``flushed_within_s`` also those flushed that recently (not yet visible everywhere)."""
         validate_user_id(user_id)
         # the plain pending read stays on its partial index; the recent ones need flushed_at
-        which = (f"({PENDING} OR flushed_at >= :since)" if self._recent(flushed_within_s)
+        which = (f"({PENDING} OR flushed_at >= :since)" if _wants_recent(flushed_within_s)
                  else PENDING)
         sql = ("SELECT seq, payload, appended_at FROM journal_entries "
                f"WHERE {which} AND user_id = :uid AND {NOT_ERASED} ORDER BY seq DESC")
@@ -359,13 +360,6 @@ class PostgresJournal(ListenersMixin):
             args["limit"] = _check_limit(limit)
         rows = self._read(sql, args)
         return [JournalEntry(s, self._decode(s, p), a) for s, p, a in reversed(rows)]
-
-    @staticmethod
-    def _recent(within_s: float) -> bool:
-        """Whether recently flushed entries are asked for (``within_s`` > 0), checked."""
-        if isinstance(within_s, bool) or not isinstance(within_s, (int, float)) or within_s < 0:
-            raise ValueError(f"flushed_within_s must be a number of seconds >= 0, got {within_s!r}")
-        return within_s > 0
 
     def failed(self, limit: int = 100) -> list[JournalEntry]:
         """Entries parked by :meth:`mark_failed`, oldest first, with their error."""

@@ -350,7 +350,7 @@ class Journal(ListenersMixin):
         with ``flushed_within_s`` also those flushed that recently (not yet visible everywhere)."""
         validate_user_id(user_id)
         # the plain pending read stays on its partial index; the recent ones need flushed_at
-        recent = self._recent(flushed_within_s)
+        recent = _wants_recent(flushed_within_s)
         which = f"({PENDING} OR flushed_at >= ?)" if recent else PENDING
         sql = ("SELECT seq, payload, appended_at FROM entries "
                f"WHERE {which} AND user_id = ? AND {NOT_ERASED} ORDER BY seq DESC")
@@ -360,13 +360,6 @@ class Journal(ListenersMixin):
             args.append(_check_limit(limit))
         rows = self._read(sql, args)
         return [JournalEntry(s, self._decode(s, p), a) for s, p, a in reversed(rows)]
-
-    @staticmethod
-    def _recent(within_s: float) -> bool:
-        """Whether recently flushed entries are asked for (``within_s`` > 0), checked."""
-        if isinstance(within_s, bool) or not isinstance(within_s, (int, float)) or within_s < 0:
-            raise ValueError(f"flushed_within_s must be a number of seconds >= 0, got {within_s!r}")
-        return within_s > 0
 
     def failed(self, limit: int = 100) -> list[JournalEntry]:
         """Entries parked by :meth:`mark_failed`, oldest first, with their error."""
@@ -450,6 +443,13 @@ def _check_actor(actor: object) -> str:
         raise InvalidRequest(f"actor must be printable text of 1-{MAX_ACTOR_CHARS} characters",
                              field="actor")
     return actor
+
+
+def _wants_recent(within_s: object) -> bool:
+    """Whether recently flushed entries are asked for (``flushed_within_s`` > 0), checked."""
+    if isinstance(within_s, bool) or not isinstance(within_s, (int, float)) or within_s < 0:
+        raise ValueError(f"flushed_within_s must be a number of seconds >= 0, got {within_s!r}")
+    return within_s > 0
 
 
 def _check_limit(limit: object) -> int:
