@@ -174,7 +174,7 @@ def ingest(pairs, args, uri: str, collection: str) -> dict:
         embedder=EmbedderConfig(vector_cache=args.vector_cache),
         memory=MemoryConfig(uri=uri, collection=collection, index_type=args.index),
         tracking=TrackingConfig(enabled=False), work_dir=str(args.work / "ingest"),
-        skip_existing=False, progress=True)
+        progress=True)  # skip_existing: the new collection is empty, so its rows are inserted
     cfg.write.batch_size = 1000
 
     def ensure_ray():

@@ -29,9 +29,11 @@ class WriteOutcome:
         self.messages.extend(other.messages[: max(0, MAX_MESSAGES - len(self.messages))])
 
 
-def write_pairs(store: MemoryStore, pairs: Sequence[TurnPair], vectors: np.ndarray) -> WriteOutcome:
+def write_pairs(store: MemoryStore, pairs: Sequence[TurnPair], vectors: np.ndarray, *,
+                known_new: bool = False) -> WriteOutcome:
     """Upsert ``pairs`` with their ``vectors`` in one request; if the store refuses the batch
     (it validates every row before writing any), write row by row and count the refused rows.
+    ``known_new``: no id is stored yet (the caller looked them up), so the store may insert.
 
     Store faults other than a refused row (connection lost, server error) propagate.
     """
@@ -40,13 +42,13 @@ def write_pairs(store: MemoryStore, pairs: Sequence[TurnPair], vectors: np.ndarr
     if not pairs:
         return WriteOutcome()
     try:
-        return WriteOutcome(written=store.upsert(pairs, vectors))
+        return WriteOutcome(written=store.upsert(pairs, vectors, known_new=known_new))
     except InvalidRequest:
         pass
     out = WriteOutcome()
     for pair, vec in zip(pairs, vectors):
         try:
-            out.written += store.upsert([pair], vec[None, :])
+            out.written += store.upsert([pair], vec[None, :], known_new=known_new)
         except InvalidRequest as exc:
             out.errors += 1
             where = f"user {pair.user_id}, {pair.session_id}#{pair.turn_index}"

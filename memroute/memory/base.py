@@ -21,8 +21,10 @@ class UserRows:
 
 @runtime_checkable
 class MemoryStore(Protocol):
-    def upsert(self, pairs: Sequence[TurnPair], vectors: np.ndarray) -> int:
-        """Store turn-pairs (ids are deterministic, so re-inserts replace). Returns rows written."""
+    def upsert(self, pairs: Sequence[TurnPair], vectors: np.ndarray, *,
+               known_new: bool = False) -> int:
+        """Store turn-pairs (ids are deterministic, so re-inserts replace). Returns rows written.
+        ``known_new``: the caller checked that no id is stored, so a plain insert is safe."""
         ...
 
     def search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple[Memory, float]]:

@@ -8,7 +8,6 @@ checked literal), so a request can only ever see its own user's rows.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,21 +18,21 @@ from memroute.config.schema import MemoryConfig, is_server_uri
 from memroute.errors import BackendError, ConfigError, InvalidRequest
 from memroute.memory import filters, milvus_fulltext
 from memroute.memory.base import UserRows
-from memroute.memory.milvus_builds import replace_rows, upsert_keeps_partition_key
+from memroute.memory.milvus_builds import upsert_keeps_partition_key
 from memroute.memory.milvus_rows import MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT  # noqa: F401 - re-exported
 from memroute.memory.milvus_rows import (ReadBreaker, delete_count, query_pages, read_consistency,
-                                         reloading, stored_text, tenant_scan_filter,
+                                         reloading, tenant_scan_filter,
                                          turn_pair_schema)
 from memroute.memory.milvus_rows import check_varchar as _check_varchar
 from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
 from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
+from memroute.memory.milvus_writes import WRITE_BATCH, check_vectors, row_for, write_rows
 from memroute.types import Memory, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
 
 
-WRITE_BATCH = 1000  # rows per upsert request
 READ_BATCH = 1000  # rows per query-iterator page
 MAX_SEARCH_LIMIT = 16384  # Milvus' top-k ceiling
 QUERY_WINDOW = 16384  # rows one plain query may return (Milvus' offset + limit ceiling)
@@ -204,66 +203,28 @@ class MilvusMemoryStore:
         return {"filter": filters.render(expr, params)}
 
     # ----------------------------------------------------------------- writes
-    def upsert(self, pairs: Sequence[TurnPair], vectors: np.ndarray) -> int:
+    def upsert(self, pairs: Sequence[TurnPair], vectors: np.ndarray, *,
+               known_new: bool = False) -> int:
         """Insert or replace turn-pairs (deterministic ids). Returns the number of rows written.
 
-        Validates every row before writing any, writes in batches of :data:`WRITE_BATCH` and
-        flushes after a bulk load (unflushed Milvus Lite searches are 20-50x slower).
+        ``known_new``: the caller has checked that no id is stored (a bulk ingest's plan), so
+        the rows are inserted, not upserted: an upsert deletes first, and on a 2.3 server
+        deletes spread over many users stall a bulk load (milvus_writes.py). Validates every
+        row before writing any and flushes after a bulk load (unflushed Milvus Lite searches
+        are 20-50x slower).
         """
         self._check_open()
-        vecs = self._check_vectors(vectors, len(pairs), field="vectors")
+        vecs = check_vectors(vectors, len(pairs), self.dim, field="vectors")
         rows: dict[int, dict[str, Any]] = {}
         for pair, vec in zip(pairs, vecs):
             # Later duplicates win: Milvus refuses duplicate keys inside one upsert request.
-            rows[pair.id] = self._row(pair, vec)
+            rows[pair.id] = row_for(pair, vec)
         batch = list(rows.values())
-        for start in range(0, len(batch), WRITE_BATCH):
-            rows = batch[start : start + WRITE_BATCH]
-            if self._upsert_ok:
-                self._client.upsert(self.collection, rows, timeout=self._write_timeout_s)
-            else:  # a 2.3 server (milvus_builds.py)
-                replace_rows(self._client, self.collection, rows, timeout=self._write_timeout_s)
+        write_rows(self._client, self.collection, batch, timeout=self._write_timeout_s,
+                   mode="insert" if known_new else "upsert" if self._upsert_ok else "replace")
         if len(batch) >= WRITE_BATCH:
             self.flush()
         return len(batch)
-
-    def _row(self, pair: TurnPair, vec: np.ndarray) -> dict[str, Any]:
-        if not isinstance(pair, TurnPair):
-            raise InvalidRequest(f"expected a TurnPair, got {type(pair).__name__}", field="pairs")
-        validate_user_id(pair.user_id)
-        text = stored_text(pair, MAX_TEXT)
-        _check_varchar(pair.session_id, MAX_SESSION_ID, "session_id")
-        _check_varchar(pair.source_model, MAX_SOURCE_MODEL, "source_model")
-        for name in ("turn_index", "session_time"):
-            value = getattr(pair, name)
-            if not _is_int(value) or not -(2**63) <= value < 2**63:
-                raise InvalidRequest(f"{name} must be an INT64 integer, got {value!r}", field=name)
-        if not math.isfinite(float(pair.created_at)):
-            raise InvalidRequest("created_at must be a finite number", field="created_at")
-        return {
-            "id": pair.id,
-            "user_id": pair.user_id,
-            "text": text,
-            "session_id": pair.session_id,
-            "turn_index": pair.turn_index,
-            "session_time": pair.session_time,
-            "source_model": pair.source_model,
-            "created_at": float(pair.created_at),
-            "vector": vec.tolist(),
-        }
-
-    def _check_vectors(self, vectors: np.ndarray, n: int, *, field: str) -> np.ndarray:
-        arr = np.asarray(vectors, dtype=np.float32)
-        if arr.ndim == 1:
-            arr = arr[None, :]
-        if arr.ndim != 2 or arr.shape != (n, self.dim):
-            raise InvalidRequest(
-                f"{field} has shape {tuple(np.shape(vectors))}, expected ({n}, {self.dim})",
-                field=field,
-            )
-        if not np.isfinite(arr).all():
-            raise InvalidRequest(f"{field} contains NaN or infinite values", field=field)
-        return arr
 
     def ping(self) -> None:
         """Raise unless the store answers (a cheap call: health checks, the flusher's probe)."""
@@ -292,7 +253,7 @@ class MilvusMemoryStore:
             raise InvalidRequest(
                 f"limit must be an integer in 1..{MAX_SEARCH_LIMIT}", field="limit"
             )
-        vec = self._check_vectors(vector, 1, field="vector")[0]
+        vec = check_vectors(vector, 1, self.dim, field="vector")[0]
         res = self._read(lambda: self._client.search(
             self.collection,
             data=[vec.tolist()],
@@ -330,7 +291,7 @@ class MilvusMemoryStore:
             raise InvalidRequest(
                 f"candidate_k must be an integer in 1..{MAX_SEARCH_LIMIT}", field="candidate_k"
             )
-        vec = self._check_vectors(vector, 1, field="vector")[0]
+        vec = check_vectors(vector, 1, self.dim, field="vector")[0]
         hits = milvus_fulltext.hybrid_hits(
             self._client, self.collection, vector=vec.tolist(), query=query, limit=limit,
             candidate_k=candidate_k, rrf_k=rrf_k,

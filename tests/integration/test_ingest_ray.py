@@ -7,7 +7,6 @@ embedding actors (~10 s each on 2 cores), so the file runs only a few of them.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import socket
@@ -42,9 +41,9 @@ def ray_local():
     started = not ray.is_initialized()
     if started:
         from serve.loopback import runtime_env  # later modules may deploy Serve on this node
+        from tests.integration.serving import start_local_ray
 
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
-                 runtime_env=runtime_env())
+        start_local_ray(runtime_env())  # retried once: a busy machine has timed out its start
     yield ray
     if started:
         ray.shutdown()
@@ -233,6 +232,14 @@ def test_server_uri_writer_actor_pool_isolates_a_refused_row(ray_local, tmp_path
         assert store.existing_ids(pairs[0].user_id, [pairs[0].id]) == {pairs[0].id}
         per_user = Counter(p.user_id for p in pairs)  # each user's filtered reads see every row
         assert {u: store.count(u) for u in per_user} == dict(per_user)
+    # The pairs were inserted, not upserted (the plan looked their ids up): a re-run with two
+    # more looks them up again, writes only the two, and stores nothing twice.
+    more = [replace(pairs[0], session_id="later", turn_index=i) for i in range(2)]
+    again = ingest_pairs([*pairs, *more], cfg)
+    assert (again.written, again.skipped, again.errors) == (2, len(pairs), 0)
+    with MilvusMemoryStore(cfg.memory, 384) as store:
+        assert store.count() == len(pairs) + 2
+        assert store.count(pairs[0].user_id) == per_user[pairs[0].user_id] + 2
 
 
 def _run_job(tmp: Path, *overrides: str) -> subprocess.CompletedProcess:

@@ -134,6 +134,24 @@ def test_a_collection_of_another_dimension_is_refused(milvus_server, encoder):
     assert "384" in str(err.value)
 
 
+def test_known_new_rows_are_inserted_where_each_user_reads_them(milvus_server, encoder):
+    # The bulk-ingest form: no delete first. Rows must still land in their user's partition
+    # (the 2.3 upsert does not put them there), and a later upsert of the same ids replaces them.
+    store = open_store(milvus_server.uri, encoder.dim)
+    try:
+        pairs = ALICE_PAIRS + BOB_PAIRS
+        vecs = np.asarray(encoder.encode([p.user_text for p in pairs]))
+        assert store.upsert(pairs, vecs, known_new=True) == len(pairs)
+        store.flush()
+        assert store.count(ALICE) == len(ALICE_PAIRS) and store.count(BOB) == len(BOB_PAIRS)
+        assert store.search(BOB, vecs[-1], 1)[0][0].id == BOB_PAIRS[-1].id
+        store.upsert(pairs[:5], vecs[:5])  # not known new: rewritten, not stored twice
+        store.flush()
+        assert store.count() == len(pairs)
+    finally:
+        store.close()
+
+
 def test_erasing_a_user_removes_every_row_of_that_user_only(milvus_server, encoder):
     store = open_store(milvus_server.uri, encoder.dim)
     try:

@@ -222,9 +222,11 @@ class FakeStore:
         self.rows: dict[int, TurnPair] = {}
         self.requests = 0
         self.fail = fail
+        self.known_new: list[bool] = []
 
-    def upsert(self, pairs, vectors) -> int:
+    def upsert(self, pairs, vectors, *, known_new=False) -> int:
         self.requests += 1
+        self.known_new.append(known_new)
         if self.fail:
             raise self.fail
         assert len(pairs) == len(vectors)
@@ -243,6 +245,16 @@ def test_write_pairs_isolates_a_refused_row():
     assert set(store.rows) == {p.id for p in pairs if p.user_id != "bad"}
     assert "user bad" in out.messages[0] and "refused" in out.messages[0]
     assert store.requests == 1 + 4  # the batch once, then row by row
+    assert store.known_new == [False] * 5
+
+
+def test_write_pairs_passes_known_new_to_every_request_it_makes():
+    pairs = [make_pair(turn=i) for i in range(3)]
+    pairs[1] = make_pair("bad", turn=1)
+    store = FakeStore()
+    out = write_pairs(store, pairs, np.zeros((3, 2)), known_new=True)
+    assert (out.written, out.errors) == (2, 1)
+    assert store.known_new == [True] * 4  # the batch, then each row: all inserts
 
 
 def test_write_pairs_one_request_when_all_good_and_faults_propagate():
