@@ -194,7 +194,8 @@ def query(args, uri: str, collection: str, gold, cap_mb: float, hot: bool = Fals
     enc = build.encoder(EmbedderConfig(), build.asset_store(IngestConfig().assets))
     store = build.store(MemoryConfig(uri=uri, collection=collection, index_type=args.index,
                                      timeout_s=60.0), enc.dim)
-    indexed_s = wait_indexed(store, 3600)
+    indexed_s = wait_indexed(store, args.index_wait_s)
+    indexed, pending, _ = store.index_progress()  # what the index covered when queries began
     retriever = build.retriever(enc, store, RetrievalConfig(top_k=5, bm25_cache_mb=cap_mb,
                                                                 hot_vectors=hot))
     rng = random.Random(args.seed + 1)
@@ -219,7 +220,8 @@ def query(args, uri: str, collection: str, gold, cap_mb: float, hot: bool = Fals
         found["hybrid"] += pid in {h.memory.id for h in hits}
     stats = retriever.bm25.stats()
     store.close()
-    return {"index_wait_s": round(indexed_s, 1),
+    return {"index_wait_s": round(indexed_s, 1), "indexed_rows_at_start": indexed,
+            "pending_index_rows_at_start": pending,
             **{k: summary_ms(v) for k, v in times.items() if v},
             "recall@5": {k: round(v / len(asked), 3) for k, v in found.items()},
             "bm25_cache": {"cap_mb": cap_mb, "hot_vectors": hot, "users": stats.users,
@@ -245,6 +247,8 @@ def main(argv=None) -> None:
     ap.add_argument("--index", default="HNSW", help="memory.index_type (conf/memory/server.yaml: HNSW)")
     ap.add_argument("--hot-vectors-mb", type=float, default=256.0,
                     help="also query with retrieval.hot_vectors under this cache cap (0: skip)")
+    ap.add_argument("--index-wait-s", type=float, default=3600.0,
+                    help="wait at most this long for the server's index before querying")
     ap.add_argument("--embed-only", action="store_true", help="fill the vector cache and stop")
     ap.add_argument("--only-query", default="", help=argparse.SUPPRESS)  # the per-cap subprocess
     args = ap.parse_args(argv)
@@ -287,6 +291,7 @@ def main(argv=None) -> None:
         for cap, hot in phases:  # a process each: peak RSS is per process
             run = subprocess.run([sys.executable, __file__, "--queries", str(args.queries),
                                   "--seed", str(args.seed), "--index", args.index,
+                                  "--index-wait-s", str(args.index_wait_s),
                                   "--only-query", f"{uri}|{collection}|{cap}|{hot}|{gold_file}"],
                                  capture_output=True, text=True, check=True)
             name = f"cap_{cap:g}mb" + ("_hot_vectors" if hot else "")
