@@ -30,6 +30,13 @@ def start(cfg: ServeConfig) -> str:
     from memroute.config.serve import check_serve_config
 
     check_serve_config(cfg)  # before Ray is imported: a bad field fails in a second, not a minute
+    if cfg.router.calibrator:  # the artifact checked here, its path absolute for the replicas
+        from pathlib import Path
+
+        from memroute import build
+
+        cfg.router.calibrator = str(Path(cfg.router.calibrator).expanduser().resolve())
+        build.calibrator(cfg.router)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from ray import serve
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from memroute.memory.units import UnitIndex
     from memroute.retrieval.bm25 import BM25Cache
     from memroute.retrieval.retriever import HybridRetriever
+    from memroute.routing.calibrator import Calibrator
     from memroute.routing.facts_block import FactsSource
     from memroute.routing.router import MemoryRetriever, Router, Tier
     from memroute.types import Memory
@@ -256,10 +257,22 @@ def router(
     *,
     facts: FactsSource | None = None,
 ) -> Router:
-    """``facts``: the users' current facts (a fact store) injected before the turn-pairs."""
+    """``facts``: the users' current facts (a fact store) injected before the turn-pairs;
+    ``router.calibrator`` set: its artifact is loaded (:func:`calibrator`) and decides acceptance."""
     from memroute.routing.router import Router
 
-    return Router(list(tier_list), cfg, retrieval, memory_retriever, facts=facts)
+    return Router(list(tier_list), cfg, retrieval, memory_retriever, facts=facts,
+                  calibrator=calibrator(cfg))
+
+
+def calibrator(cfg: RouterConfig) -> Calibrator | None:
+    """The fitted calibrator ``router.calibrator`` names (None: not set). A missing file, or
+    one of another artifact version or feature set, is a ConfigError naming the field."""
+    if not cfg.calibrator:
+        return None
+    from memroute.routing.calibrator import load
+
+    return load(cfg.calibrator, field="router.calibrator")
 
 
 def facts(cfg: FactsConfig) -> FactStore:

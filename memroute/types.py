@@ -101,6 +101,10 @@ class Memory:
     created_at: float = 0.0
     session_id: str = ""
     turn_index: int = 0
+    # Bi-temporal supersession (memroute.memory.supersession): the id of the newer pair that
+    # replaced this one's value and the session time it did so; 0 while the pair is current.
+    superseded_by: int = 0
+    valid_until: int = 0
 
 
 def memory_of(pair: TurnPair) -> Memory:

@@ -228,6 +228,11 @@ class RouterIngress:
         return await self._memory_call(request, self.core.assert_fact, body,
                                        user=user if isinstance(user, str) else None)
 
+    @app.get("/v1/memory/turns")
+    async def turn_timeline(self, request: Request) -> Response:
+        """The user's turn-pairs, oldest first, each current or superseded (and by which)."""
+        return await self._memory_call(request, self.core.turn_timeline)
+
     @app.post("/v1/memory/turns")
     async def append_turns(self, request: Request) -> Response:
         """Remember turn-pairs answered elsewhere (``{"user", "turns": [{user, assistant}]}``):

@@ -17,6 +17,13 @@ class CalibrateConfig:
     target_f1: Optional[float] = None
     target_share: Optional[float] = 0.95
     baseline_tau: float = 0.5  # what the calibrated tau is compared with on the held-out users
+    # The calibrator (memroute/routing/calibrator.py), fitted when the shadow rows carry the
+    # answers' features: an answer is correct when its F1 against the references reaches
+    # correct_f1; l2 is the logistic regression's ridge penalty; the artifact is written to
+    # calibrator_out (default: calibrator.json in the replay's run folder), for router.calibrator.
+    correct_f1: float = 0.5
+    l2: float = 1.0
+    calibrator_out: Optional[str] = None
 
 
 def check_calibrate_config(cfg: CalibrateConfig) -> CalibrateConfig:
@@ -30,4 +37,8 @@ def check_calibrate_config(cfg: CalibrateConfig) -> CalibrateConfig:
         raise ConfigError(f"target_share must be in (0, 1.5], got {cfg.target_share}", field="target_share")
     if not 0.0 <= cfg.baseline_tau <= 1.0:
         raise ConfigError(f"baseline_tau must be in [0, 1], got {cfg.baseline_tau}", field="baseline_tau")
+    if not 0.0 < cfg.correct_f1 <= 1.0:
+        raise ConfigError(f"correct_f1 must be in (0, 1], got {cfg.correct_f1}", field="correct_f1")
+    if cfg.l2 < 0:
+        raise ConfigError(f"l2 must be >= 0, got {cfg.l2}", field="l2")
     return cfg

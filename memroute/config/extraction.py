@@ -7,6 +7,13 @@ superseded, never deleted; ``ephemeral``: temporal and hidden after the store's 
 ``description`` what the small model is told to look for. Extraction runs in the background lane
 once a user's unextracted conversation exceeds ``threshold_tokens``.
 
+``keys``: ``open`` (the default) lets the model propose a key of its own for a fact no field
+names (``pet.rabbit.name``, with a value-free description of the fact); the fields are then the
+keys it is shown first, and a proposed key is mapped to the user's most similar existing key
+when the cosine of their embedded texts is at least ``key_match_threshold``
+(:mod:`memroute.memory.facts.keys`; measured in bench/bench_key_match.py), else kept as a new
+key (category ``temporal``). ``fixed``: only the fields' keys, enumerated in the output schema.
+
 Config stays below the stores: the category names and the key shape are repeated here (the fact
 store checks them again on every write).
 """
@@ -25,6 +32,11 @@ KEY_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")  # = memroute.memory.facts.t
 MAX_KEY_CHARS = 128
 MAX_DESCRIPTION_CHARS = 500
 MAX_FIELDS = 64  # every field is listed in each extraction prompt and enumerated in its schema
+KEY_MODES = ("open", "fixed")
+# MiniLM on "key words: description": no false merge on the labelled pairs from 0.83 (the closest
+# different pair, pet.dog.name ~ pet.cat.name, is 0.824), 13 of 22 same pairs merged at 0.85
+# (bench/bench_key_match.py, docs/BENCHMARKS.md)
+DEFAULT_KEY_MATCH_THRESHOLD = 0.85
 
 
 def _f(name: str, category: str, description: str) -> dict[str, str]:
@@ -57,6 +69,10 @@ class ExtractionConfig:
     # keep a fact only if its source turn states the value, under one key (facts/grounding.py)
     grounding: bool = True
     tier: int = 0  # the cascade tier that extracts (0: the cheapest)
+    # open: the model may propose keys beyond `fields` (canonicalised per user); fixed: `fields` only
+    keys: str = "open"
+    # open keys: a proposed key joins the user's existing key whose text is at least this similar
+    key_match_threshold: float = DEFAULT_KEY_MATCH_THRESHOLD
     fields: list[dict[str, str]] = field(default_factory=lambda: [dict(f) for f in DEFAULT_FIELDS])
 
 
@@ -116,12 +132,21 @@ def check_extraction_config(cfg: ExtractionConfig) -> ExtractionConfig:
     if not isinstance(cfg.grounding, bool):
         raise ConfigError(f"grounding must be true or false, got {cfg.grounding!r}",
                           field="extraction.grounding")
+    if cfg.keys not in KEY_MODES:
+        raise ConfigError(f"keys must be one of {', '.join(KEY_MODES)}, got {cfg.keys!r}",
+                          field="extraction.keys")
+    t = cfg.key_match_threshold
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0:
+        raise ConfigError(f"key_match_threshold must be a cosine in (0, 1], got {t!r}",
+                          field="extraction.key_match_threshold")
     check_extraction_fields(cfg.fields)
     return cfg
 
 
 __all__ = [
     "DEFAULT_FIELDS",
+    "DEFAULT_KEY_MATCH_THRESHOLD",
+    "KEY_MODES",
     "ExtractionConfig",
     "check_extraction_config",
     "check_extraction_fields",

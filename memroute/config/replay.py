@@ -55,7 +55,7 @@ class ReplayConfig:
     router: RouterConfig = field(default_factory=RouterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     assets: AssetsConfig = field(default_factory=AssetsConfig)
-    # memroute_facts: the served fact extraction (threshold, schema), by the first tier
+    # memroute_facts: the served fact extraction (threshold, schema, keys), by extraction.tier
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
 
 
@@ -87,6 +87,9 @@ def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
         raise ConfigError("strategies is empty: name at least one (memroute, always_large, ...)",
                           field="strategies")
     check_extraction_config(cfg.extraction)
+    if "memroute_facts" in cfg.strategies and cfg.extraction.tier >= len(cfg.cascade):
+        raise ConfigError(f"extraction.tier {cfg.extraction.tier} is not a tier of the "
+                          f"{len(cfg.cascade)}-tier cascade", field="extraction.tier")
     if cfg.target != "inprocess" and cfg.strategies != ["memroute"]:
         raise ConfigError("an http target replays the endpoint itself: set strategies=[memroute] "
                           "(baselines run in-process)", field="strategies")

@@ -107,6 +107,12 @@ class RetrievalConfig:
     # the question time) restricts both legs to memories of that session time, topped up from the
     # unfiltered ranking when fewer than top_k lie in it (memroute.retrieval.temporal); off: never.
     temporal: str = "auto"
+    # A stored turn-pair that changes a value the user stated before ("I changed my locker code,
+    # it's QT-8812 now") marks the older pairs holding the old value superseded (never deleted;
+    # memroute.memory.supersession: change cue + shared subject + a differing value of the same
+    # kind). superseded: exclude (never retrieved) | rank_below (after every current memory).
+    supersede: bool = True
+    superseded: str = "exclude"
 
 
 @dataclass
@@ -162,6 +168,18 @@ class RouterConfig:
     # greedy: a tier that may still escalate decodes greedily (tau is calibrated on greedy
     # answers); client: with the client's temperature/top_p/seed (memroute/routing/decoding.py)
     probe_decoding: str = "greedy"
+    # A fitted calibrator artifact (JSON from `python -m jobs.calibrate`; memroute/routing/
+    # calibrator.py): when set, a tier's answer is accepted iff its P(correct) from the answer's
+    # features reaches the artifact's threshold (calibrator_threshold overrides it; a request's
+    # tau too), instead of `confidence` >= tau. None: the confidence/tau rule.
+    calibrator: Optional[str] = None
+    calibrator_threshold: Optional[float] = None
+    # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
+    # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
+    memory_dates: bool = True
+    memory_order: str = "chronological"  # chronological | relevance
+    current_date: bool = True
+    latest_wins: bool = True
     # Short answers and absolute dates: on LoCoMo (50 q, Qwen 0.5B, warm) this prompt gave F1 28.3
     # against 12.6 for "answer in a few words" (full sentences and "last Saturday" cost token F1).
     system_prompt: str = (

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from memroute.config import BenchmarkConfig, ModelConfig, RouterConfig
 from memroute.eval import causes, metrics
-from memroute.routing.prompt import build_messages
+from memroute.routing.prompt import build_messages, memory_layout
 from memroute.types import Memory, RetrievalHit, TurnPair
 
 if TYPE_CHECKING:
@@ -75,13 +75,16 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str | None]:
 # ----------------------------------------------------------------------------- templates
 
 
-def injection_template_sha256() -> str:
-    """Hash of the memory block as the router renders it, for a fixed example memory and a
-    placeholder system prompt (so only the injection format counts)."""
+def injection_template_sha256(router: RouterConfig | None = None) -> str:
+    """Hash of the memory block as the router renders it (``router``'s memory layout; default
+    the defaults), for a fixed example memory, a fixed date and a placeholder system prompt (so
+    only the injection format counts)."""
     pair = TurnPair("u", "session_1", 0, "Alice: I moved to Lyon.", "Bob: Nice!", 1683504000)
     memory = Memory(pair.id, "u", pair.text(), pair.session_time, session_id="session_1")
     hit = RetrievalHit(memory, 1.0)
-    messages = build_messages("<system prompt>", "<question>", [hit])
+    layout = memory_layout(router or RouterConfig())
+    messages = build_messages("<system prompt>", "<question>", [hit], layout=layout,
+                              now=1683504000 + 86400)
     return sha256_text(json.dumps([[m.role, m.content] for m in messages]))
 
 

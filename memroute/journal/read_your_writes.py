@@ -52,6 +52,7 @@ from memroute.journal.pending_scoring import (
     fuse_with_pending,
 )
 from memroute.journal.sqlite_journal import Journal, JournalEntry
+from memroute.memory.supersession import apply_policy, marks_for
 from memroute.text.tokenize import tokenize
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
@@ -171,6 +172,7 @@ class JournaledRetriever:
                                  field="vectors")
         if self.cfg is None or not any(snapshot.values()):
             all_hits = self.retriever.retrieve_many(user_ids, queries, top_k=top_k, **given)
+            all_hits, snapshot = self._supersede(user_ids, all_hits, snapshot)
             return [
                 merge_pending(q, hits, snapshot[uid], top_k=k, max_pending=self.max_pending)
                 for uid, q, hits in zip(user_ids, queries, all_hits)
@@ -179,6 +181,10 @@ class JournaledRetriever:
             raise InvalidRequest(f"top_k must be a positive integer, got {k!r}", field="top_k")
         user_ids, queries = list(user_ids), list(queries)
         pending = {uid: [pending_memory(e.pair) for e in es] for uid, es in snapshot.items()}
+        pending_marks = {uid: marks_for([e.pair for e in es], pending[uid])
+                         for uid, es in snapshot.items() if es}
+        pending = {uid: [m for m in ms if m.id not in pending_marks.get(uid, {})]
+                   for uid, ms in pending.items()}
         stats = {uid: self._stats(uid) for uid in pending if pending[uid]}
         if self.cfg.strategy != "bm25":
             # One encoder call: every query not embedded by the caller (the store search takes
@@ -197,6 +203,7 @@ class JournaledRetriever:
             user_ids, queries, top_k=max(k, self.cfg.candidate_k),
             **({"vectors": vectors} if shared and vectors is not None else {}),
         )
+        all_hits, _ = self._supersede(user_ids, all_hits, snapshot)
         return self._rank(user_ids, queries, all_hits, pending, stats, vectors, k)
 
     def _rank(
@@ -224,6 +231,30 @@ class JournaledRetriever:
                 stats[uid], cfg, top_k=k, slot_floor=self.slot_floor,
             ))
         return out
+
+    def _supersede(
+        self, user_ids: Sequence[str], all_hits: list[list[RetrievalHit]],
+        snapshot: Mapping[str, list[JournalEntry]],
+    ) -> tuple[list[list[RetrievalHit]], dict[str, list[JournalEntry]]]:
+        """The rule the flusher applies once it writes them, applied to the pending pairs now:
+        a pending change statement hides the stored hits and the older pending pairs it
+        supersedes (``retrieval.superseded``)."""
+        cfg = getattr(self.retriever, "cfg", None)
+        if isinstance(cfg, RetrievalConfig) and not cfg.supersede:
+            return all_hits, dict(snapshot)
+        policy = cfg.superseded if isinstance(cfg, RetrievalConfig) else "exclude"
+        out, kept = [], {}
+        for uid, hits in zip(user_ids, all_hits):
+            entries = snapshot.get(uid, [])
+            if not entries:
+                out.append(list(hits))
+                kept[uid] = []
+                continue
+            pairs = [e.pair for e in entries]
+            marks = marks_for(pairs, [*(h.memory for h in hits), *map(pending_memory, pairs)])
+            out.append(apply_policy(list(hits), marks, policy))
+            kept[uid] = [e for e in entries if e.pair.id not in marks]
+        return out, kept
 
     def _stats(self, user_id: str) -> CorpusStats:
         """Document frequencies of the user's stored memories (in-process BM25 index only)."""

@@ -39,6 +39,8 @@ def turn_pair_schema(dim: int, text_params: dict[str, Any]) -> Any:
     schema.add_field("session_time", DataType.INT64)
     schema.add_field("source_model", DataType.VARCHAR, max_length=MAX_SOURCE_MODEL)
     schema.add_field("created_at", DataType.DOUBLE)
+    schema.add_field("superseded_by", DataType.INT64)  # 0: current
+    schema.add_field("valid_until", DataType.INT64)  # session time it was superseded at
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     return schema
 
@@ -53,6 +55,8 @@ def memory_from_row(row: dict[str, Any], pk: Any) -> Memory:
         created_at=float(row.get("created_at", 0.0)),
         session_id=row.get("session_id", ""),
         turn_index=int(row.get("turn_index", 0)),
+        superseded_by=int(row.get("superseded_by") or 0),
+        valid_until=int(row.get("valid_until") or 0),
     )
 
 

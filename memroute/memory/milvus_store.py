@@ -8,7 +8,7 @@ checked literal), so a request can only ever see its own user's rows.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,10 @@ INDEX_PARAMS: dict[str, dict[str, Any]] = {
 }
 # Scores are cosine similarities; IP equals cosine on the encoder's L2-normalized vectors.
 METRICS = ("COSINE", "IP")
-OUTPUT_FIELDS = ["id", "user_id", "text", "session_id", "turn_index", "session_time",
+LEGACY_FIELDS = ["id", "user_id", "text", "session_id", "turn_index", "session_time",
                  "source_model", "created_at"]
+SUPERSESSION_FIELDS = ["superseded_by", "valid_until"]
+OUTPUT_FIELDS = [*LEGACY_FIELDS, *SUPERSESSION_FIELDS]
 
 
 class MilvusMemoryStore:
@@ -88,6 +90,8 @@ class MilvusMemoryStore:
         self._breaker = ReadBreaker(pause_s=cfg.timeout_s)
         self._client = self._connect(cfg)
         self._closed = False
+        # Collections made before supersession lack its two fields: they keep working, unmarked.
+        self.supersession, self._fields = True, OUTPUT_FIELDS
         try:
             self._upsert_ok = upsert_keeps_partition_key(self._client.get_server_version())
             if self._client.has_collection(self.collection):
@@ -161,7 +165,7 @@ class MilvusMemoryStore:
     def _check_existing_schema(self) -> None:
         desc = self._client.describe_collection(self.collection)
         fields = {f["name"]: f for f in desc.get("fields", [])}
-        missing = [n for n in [*OUTPUT_FIELDS, "vector"] if n not in fields]
+        missing = [n for n in [*LEGACY_FIELDS, "vector"] if n not in fields]
         if missing:
             raise ConfigError(
                 f"collection {self.collection!r} at {self.uri} is not a memroute collection "
@@ -177,6 +181,11 @@ class MilvusMemoryStore:
                 field="embedder.dim",
             )
         milvus_fulltext.check_schema(desc, self.bm25_function, self.collection, self.uri)
+        if any(n not in fields for n in SUPERSESSION_FIELDS):
+            log.warning("collection %s at %s predates supersession (no %s): superseded pairs "
+                        "are not marked there; re-ingest into a new memory.collection for it",
+                        self.collection, self.uri, " / ".join(SUPERSESSION_FIELDS))
+            self.supersession, self._fields = False, LEGACY_FIELDS
 
     def _probe_filter_templates(self) -> bool:
         """True if the server honours ``filter_params`` (Milvus >= 2.5); Lite 3.2.2 does not."""
@@ -220,11 +229,35 @@ class MilvusMemoryStore:
             # Later duplicates win: Milvus refuses duplicate keys inside one upsert request.
             rows[pair.id] = row_for(pair, vec)
         batch = list(rows.values())
+        if not self.supersession:
+            batch = [{k: v for k, v in r.items() if k not in SUPERSESSION_FIELDS} for r in batch]
         write_rows(self._client, self.collection, batch, timeout=self._write_timeout_s,
                    mode="insert" if known_new else "upsert" if self._upsert_ok else "replace")
         if len(batch) >= WRITE_BATCH:
             self.flush()
         return len(batch)
+
+    def mark_superseded(self, user_id: str, marks: Mapping[int, tuple[int, int]]) -> int:
+        """Mark ``user_id``'s rows ``{id: (superseded_by, valid_until)}`` as superseded; nothing
+        is deleted (the rows are rewritten with the marks: Milvus has no partial update before
+        2.6). Returns the rows marked; ids not stored are skipped."""
+        self._check_open()
+        validate_user_id(user_id)
+        if not marks or not self.supersession:
+            return 0
+        rows: list[dict[str, Any]] = []
+        wanted = list(marks)
+        for start in range(0, len(wanted), READ_BATCH):
+            flt = filters.ids_filter(user_id, wanted[start : start + READ_BATCH])
+            rows += self._client.query(self.collection, output_fields=[*self._fields, "vector"],
+                                       timeout=self._timeout_s, **self._filter_kwargs(flt))
+        for row in rows:
+            row["superseded_by"], row["valid_until"] = (int(x) for x in marks[int(row["id"])])
+            row["vector"] = [float(x) for x in row["vector"]]
+        write_rows(self._client, self.collection, [dict(r) for r in rows],
+                   timeout=self._write_timeout_s,
+                   mode="upsert" if self._upsert_ok else "replace")
+        return len(rows)
 
     def ping(self) -> None:
         """Raise unless the store answers (a cheap call: health checks, the flusher's probe)."""
@@ -259,7 +292,7 @@ class MilvusMemoryStore:
             data=[vec.tolist()],
             anns_field="vector",
             limit=limit,
-            output_fields=OUTPUT_FIELDS,
+            output_fields=self._fields,
             search_params={"metric_type": self._metric, "params": self._search_params(limit)},
             timeout=self._timeout_s,
             **self._filter_kwargs(flt), **self._consistency,
@@ -275,7 +308,7 @@ class MilvusMemoryStore:
         flt = self._fulltext_request(user_id, query, limit, time_window)
         hits = self._read(lambda: milvus_fulltext.bm25_hits(
             self._client, self.collection, query, limit,
-            {**self._filter_kwargs(flt), **self._consistency}, OUTPUT_FIELDS,
+            {**self._filter_kwargs(flt), **self._consistency}, self._fields,
             timeout_s=self._timeout_s,
         ))
         return [(_memory(entity, pk), score) for entity, pk, score in hits]
@@ -296,7 +329,7 @@ class MilvusMemoryStore:
             self._client, self.collection, vector=vec.tolist(), query=query, limit=limit,
             candidate_k=candidate_k, rrf_k=rrf_k,
             dense_params={"metric_type": self._metric, "params": self._search_params(candidate_k)},
-            filter_kwargs=self._filter_kwargs(flt), output_fields=OUTPUT_FIELDS,
+            filter_kwargs=self._filter_kwargs(flt), output_fields=self._fields,
         )
         return [(_memory(entity, pk), score) for entity, pk, score in hits]
 
@@ -331,11 +364,12 @@ class MilvusMemoryStore:
         """A read on the request path (see milvus_rows.reloading and ReadBreaker)."""
         return reloading(self._client, self.collection, call, self._breaker)
 
-    def _user_rows(self, user_id: str, fields: list[str] = OUTPUT_FIELDS) -> list[dict]:
+    def _user_rows(self, user_id: str, fields: list[str] | None = None) -> list[dict]:
         """One plain query while the user has fewer than QUERY_WINDOW rows (it honours the
         timeout, and the consistency: pymilvus' query_iterator retries a server that does not
         answer for a minute and opens with a Strong query), the paged iterator beyond."""
         self._check_open()
+        fields = fields or self._fields
         res = self._client.query(self.collection, output_fields=fields, limit=QUERY_WINDOW,
                                  timeout=self._timeout_s,
                                  **self._filter_kwargs(filters.user_filter(user_id)),
@@ -347,7 +381,7 @@ class MilvusMemoryStore:
     def list_user_vectors(self, user_id: str) -> UserRows:
         """The user's memories with their vectors, row for row, in one read (the retriever's
         in-process dense leg, ``retrieval.hot_vectors``)."""
-        rows = self._read(lambda: self._user_rows(user_id, [*OUTPUT_FIELDS, "vector"]))
+        rows = self._read(lambda: self._user_rows(user_id, [*self._fields, "vector"]))
         vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
         return UserRows([_memory(r, r["id"]) for r in rows], vectors)
 
@@ -363,8 +397,9 @@ class MilvusMemoryStore:
         return {"filter": filters.render(expr, params)}
 
     def _pages(self, kwargs: dict[str, Any], batch_size: int,
-               fields: list[str] = OUTPUT_FIELDS) -> Iterator[dict]:
-        return query_pages(self._client, self.collection, batch_size=batch_size, fields=fields,
+               fields: list[str] | None = None) -> Iterator[dict]:
+        return query_pages(self._client, self.collection, batch_size=batch_size,
+                           fields=fields or self._fields,
                            timeout_s=self._timeout_s, **kwargs)
 
     def index_progress(self) -> tuple[int, int, bool]:

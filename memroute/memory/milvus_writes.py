@@ -70,6 +70,8 @@ def row_for(pair: TurnPair, vec: np.ndarray) -> dict[str, Any]:
         "session_time": pair.session_time,
         "source_model": pair.source_model,
         "created_at": float(pair.created_at),
+        "superseded_by": 0,
+        "valid_until": 0,
         "vector": vec.tolist(),
     }
 

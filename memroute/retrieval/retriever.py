@@ -25,6 +25,7 @@ from memroute.config.schema import RetrievalConfig
 from memroute.embedding.base import Encoder
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
+from memroute.memory.supersession import POLICIES, apply_policy, as_update, marks_for
 from memroute.namespace import validate_tenant
 from memroute.retrieval.bm25 import BM25Cache, LazyOverlap
 from memroute.retrieval.context import add_session_context, focus_query
@@ -48,6 +49,8 @@ MAX_QUERY_CHARS = 8192
 # A store that cannot filter by time is asked for this many times the candidates (up to the
 # maximum), and the window is applied to what it returns.
 WINDOW_POOL, MAX_WINDOW_POOL = 10, 16384
+SUPERSEDE_POOL = 256  # BM25 candidates checked against each change statement
+SUPERSEDED_MARGIN = 8  # extra candidates per leg, so dropping superseded rows leaves top_k
 
 
 class HybridRetriever:
@@ -99,6 +102,11 @@ class HybridRetriever:
             )
         # A store whose search takes no time_window (a test double) is filtered here instead.
         self._store_windows = takes_time_window(store.search)
+        if cfg.superseded not in POLICIES:
+            raise ConfigError(
+                f"Unknown superseded policy {cfg.superseded!r}. Available: {', '.join(POLICIES)}",
+                field="retrieval.superseded",
+            )
         self.encoder = encoder
         self.store = store
         self.cfg = cfg
@@ -129,7 +137,31 @@ class HybridRetriever:
             raise
         stacked = np.concatenate(blocks) if blocks and self.cfg.hot_vectors else None
         self.bm25.extend((memory_of(p) for p in items), vectors=stacked)
+        if self.cfg.supersede and getattr(self.store, "supersession", False):
+            self.supersede(items)
         return written
+
+    def supersede(self, pairs: Sequence[TurnPair]) -> int:
+        """Mark the stored pairs that ``pairs`` (just written) supersede; returns how many.
+        Only change statements are checked against the user's memories, so most writes cost
+        one regex pass per pair."""
+        updates: dict[str, list[TurnPair]] = {}
+        for p in pairs:
+            if as_update(p.user_text) is not None:
+                updates.setdefault(p.user_id, []).append(p)
+        marked = 0
+        for uid, news in updates.items():
+            entry = self.bm25.get(uid)
+            # Candidates: the user's memories BM25 finds for each update (an older pair must
+            # share most of its subject words), so a long history is not scanned whole.
+            pool = {m.id: m for p in news
+                    for m, _ in entry.search(p.user_text, SUPERSEDE_POOL)}
+            pool.update((p.id, entry.memories[p.id]) for p in news if p.id in entry.memories)
+            marks = marks_for(news, pool.values())
+            if marks:
+                marked += self.store.mark_superseded(uid, marks)  # type: ignore[attr-defined]
+                self.bm25.invalidate(uid)  # the cached copies lack the marks
+        return marked
 
     def invalidate(self, user_id: str) -> None:
         """Forget the cached BM25 index of a user whose memories changed elsewhere."""
@@ -235,17 +267,17 @@ class HybridRetriever:
         n = max(self.cfg.candidate_k, top_k)
         if strategy == "dense":
             assert vector is not None
-            return [
+            return self._current([
                 RetrievalHit(m, s, dense_score=s)
-                for m, s in self._dense(user_id, vector, top_k, window)
-            ]
+                for m, s in self._dense(user_id, vector, self._pool(top_k), window)
+            ])[:top_k]
         if strategy == "bm25":
-            sparse = self._sparse(user_id, query, top_k, window)
-            return [RetrievalHit(m, s, bm25_score=s) for m, s in sparse]
+            sparse = self._sparse(user_id, query, self._pool(top_k), window)
+            return self._current([RetrievalHit(m, s, bm25_score=s) for m, s in sparse])[:top_k]
 
         assert vector is not None
-        dense = self._dense(user_id, vector, n, window)
-        sparse = self._sparse(user_id, query, n, window)
+        dense = self._dense(user_id, vector, self._pool(n), window)
+        sparse = self._sparse(user_id, query, self._pool(n), window)
         memories: dict[int, Memory] = {m.id: m for m, _ in sparse}
         memories.update((m.id, m) for m, _ in dense)  # the store's copy is the freshest
         overlap = self._overlap(user_id, query, [m for m, _ in sparse])
@@ -255,12 +287,19 @@ class HybridRetriever:
         fused = add_session_context(fused, memories, self.cfg.context_weight)
         if self.cfg.rerank != "none":  # skip building the candidate texts
             fused = self._rerank(focused, fused, memories)
-        return [
+        return self._current([
             RetrievalHit(
                 memories[h.id], h.score, dense_score=h.dense_score, bm25_score=h.bm25_score
             )
-            for h in fused[:top_k]
-        ]
+            for h in fused
+        ])[:top_k]
+
+    def _pool(self, limit: int) -> int:
+        """Candidates asked of a leg: a margin over ``limit`` for superseded rows dropped after."""
+        return limit + SUPERSEDED_MARGIN if self.cfg.superseded == "exclude" else limit
+
+    def _current(self, hits: list[RetrievalHit]) -> list[RetrievalHit]:
+        return apply_policy(hits, policy=self.cfg.superseded)
 
     def _rerank(self, focused: str, fused: list[FusedHit], memories: Mapping[int, Memory]) -> list[FusedHit]:
         """The top ``rerank_depth`` re-ordered by the configured reranker (given the focused query,

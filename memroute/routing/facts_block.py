@@ -20,7 +20,7 @@ from typing import Protocol
 from memroute.errors import ConfigError
 from memroute.memory.facts.session import fact_line, context_block
 from memroute.memory.facts.types import ACTIVE, INFERRED, Fact
-from memroute.routing.prompt import MEMORY_HEADER
+from memroute.routing.prompt import MEMORY_BLOCK_STARTS
 from memroute.types import format_session_date
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,8 @@ def injected_facts(system: str) -> str:
     start = system.find(FACTS_HEADER_START)
     if start < 0:
         return ""
-    end = system.find(f"\n\n{MEMORY_HEADER}", start)
-    return system[start:] if end < 0 else system[start:end]
+    ends = [e for mark in MEMORY_BLOCK_STARTS if (e := system.find(f"\n\n{mark}", start)) >= 0]
+    return system[start:min(ends)] if ends else system[start:]
 
 
 def _by_key(f: Fact) -> tuple[str, int]:

@@ -20,6 +20,7 @@ class Pending:
     tier_reasons: list[str] = field(default_factory=list)  # "tier 1 (model) down", for clients
     rejected: tuple[int, str, Prompt, ModelReply] | None = None  # latest below-tau answer
     pinned: bool = False  # the request named its tier: answered there, not escalated
+    query: str = ""  # the question (what the calibrator's memory features compare with)
 
 
 @dataclass

@@ -12,19 +12,62 @@ leaves (:func:`trim_history`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from memroute.types import Message, RetrievalHit
+from memroute.config.schema import RouterConfig
+from memroute.errors import ConfigError
+from memroute.memory.supersession import split_memory_text
+from memroute.types import Message, RetrievalHit, format_session_date
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
+RELEVANCE_HEADER = "Memories of earlier conversations with this user (most relevant first):"
+TODAY = "Today is"
+MEMORY_BLOCK_STARTS = (TODAY, MEMORY_HEADER, RELEVANCE_HEADER)  # how a memory block opens
+LATEST_WINS = "When memories disagree, the most recent one is correct."
 TURN_OVERHEAD_TOKENS = 6  # role markers and separators of one chat turn, about, across templates
+ORDERS = ("chronological", "relevance")
 
 
-def memory_line(hit: RetrievalHit) -> str:
-    return f"- {hit.memory.text}"
+@dataclass(frozen=True)
+class MemoryLayout:
+    """How the memory block shows time (each switch measured alone in docs/BENCHMARKS.md):
+    ``dates``: each memory keeps its ``[date]``; ``order``: chronological (oldest first, so a
+    change reads after the value it replaces) or relevance (retrieval rank); ``today``: the
+    question's date heads the block; ``latest_wins``: one instruction that the newest wins."""
+
+    dates: bool = True
+    order: str = "chronological"
+    today: bool = False
+    latest_wins: bool = False
+
+    def header(self, now: float | None) -> str:
+        lines = []
+        if self.today and now is not None:
+            lines.append(f"{TODAY} {format_session_date(int(now))}.")
+        head = MEMORY_HEADER if self.order == "chronological" else RELEVANCE_HEADER
+        lines.append(f"{head} {LATEST_WINS}" if self.latest_wins else head)
+        return "\n".join(lines)
+
+
+def memory_layout(cfg: RouterConfig) -> MemoryLayout:
+    """The layout ``router.memory_*`` / ``current_date`` / ``latest_wins`` ask for (checked)."""
+    if cfg.memory_order not in ORDERS:
+        raise ConfigError(f"memory_order must be one of {', '.join(ORDERS)}, got "
+                          f"{cfg.memory_order!r}", field="router.memory_order")
+    return MemoryLayout(dates=cfg.memory_dates, order=cfg.memory_order,
+                        today=cfg.current_date, latest_wins=cfg.latest_wins)
+
+
+def memory_line(hit: RetrievalHit, dates: bool = True) -> str:
+    if dates:
+        return f"- {hit.memory.text}"
+    question, answer = split_memory_text(hit.memory.text)
+    return f"- Q: {question} / A: {answer}"
 
 
 def select_within_budget(
-    hits: Sequence[RetrievalHit], budget_tokens: int, count_text_tokens: Callable[[str], int]
+    hits: Sequence[RetrievalHit], budget_tokens: int, count_text_tokens: Callable[[str], int],
+    layout: MemoryLayout = MemoryLayout(), now: float | None = None,
 ) -> list[RetrievalHit]:
     """Best-ranked memories whose rendered block fits in ``budget_tokens``.
 
@@ -34,22 +77,25 @@ def select_within_budget(
     if budget_tokens <= 0 or not hits:
         return []
     chosen: list[RetrievalHit] = []
-    used = count_text_tokens(MEMORY_HEADER)
+    used = count_text_tokens(layout.header(now))
     for hit in hits:
-        cost = count_text_tokens(memory_line(hit)) + 1  # +1 for the joining newline
+        cost = count_text_tokens(memory_line(hit, layout.dates)) + 1  # +1: the joining newline
         if used + cost <= budget_tokens:
             chosen.append(hit)
             used += cost
     # Token counts are not exactly additive across joins; trim until the real block fits.
-    while chosen and count_text_tokens(render_memory_block(chosen)) > budget_tokens:
+    while chosen and count_text_tokens(render_memory_block(chosen, layout, now)) > budget_tokens:
         chosen.pop()
     return chosen
 
 
-def render_memory_block(hits: Sequence[RetrievalHit]) -> str:
-    """Chronological order, so a later correction reads after the value it replaces."""
-    ordered = sorted(hits, key=lambda h: (h.memory.session_time, h.memory.session_id, h.memory.turn_index))
-    return "\n".join([MEMORY_HEADER, *map(memory_line, ordered)])
+def render_memory_block(hits: Sequence[RetrievalHit], layout: MemoryLayout = MemoryLayout(),
+                        now: float | None = None) -> str:
+    """By default chronological, so a later correction reads after the value it replaces."""
+    ordered = list(hits)
+    if layout.order == "chronological":
+        ordered.sort(key=lambda h: (h.memory.session_time, h.memory.session_id, h.memory.turn_index))
+    return "\n".join([layout.header(now), *(memory_line(h, layout.dates) for h in ordered)])
 
 
 def build_messages(
@@ -59,11 +105,13 @@ def build_messages(
     history: Sequence[Message] = (),
     tail: Sequence[Message] = (),
     facts: str = "",
+    layout: MemoryLayout = MemoryLayout(),
+    now: float | None = None,
 ) -> list[Message]:
     """System prompt (with the facts block and the memory block appended), the conversation so
     far, the question, and what followed it in this turn (the assistant's tool calls and their
     results)."""
-    blocks = [b for b in (facts, render_memory_block(hits) if hits else "") if b]
+    blocks = [b for b in (facts, render_memory_block(hits, layout, now) if hits else "") if b]
     system = "\n\n".join([system_prompt, *blocks])
     return [Message("system", system), *history, Message("user", query), *tail]
 

@@ -30,7 +30,10 @@ from memroute.llm.base import Backend
 from memroute.llm.options import GenerationOptions
 from memroute.memory.facts.types import Fact
 from memroute.retrieval.followup import FOLLOWUP_MODES, retrieval_query
+from memroute.routing.calibrator import Calibrator
+from memroute.routing.calibrator import load as load_calibrator
 from memroute.routing.confidence import CONFIDENCE
+from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import (
     Decoding,
     check_probe_decoding,
@@ -42,7 +45,8 @@ from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, 
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.live import live_result, streams
 from memroute.routing.members import Pending, Prompt
-from memroute.routing.prompt import build_messages, history_within, select_within_budget
+from memroute.routing.prompt import (build_messages, history_within, memory_layout,
+                                     select_within_budget)
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
 from memroute.text.clip import clip_utf8
 from memroute.types import (
@@ -123,9 +127,12 @@ class Router:
         retrieval: RetrievalConfig,
         retriever: MemoryRetriever | None = None,
         facts: FactsSource | None = None,
+        calibrator: Calibrator | None = None,
     ) -> None:
         """``facts``: where the user's current facts come from (a fact store, or a callable
-        user_id -> facts); None: no facts block, only the retrieved turn-pairs."""
+        user_id -> facts); None: no facts block, only the retrieved turn-pairs.
+        ``calibrator``: P(correct) from an answer's features decides acceptance (None: the
+        one ``cfg.calibrator`` names is loaded, if any; :mod:`memroute.routing.calibrator`)."""
         if not tiers:
             raise InvalidRequest("the cascade needs at least one model", field="cascade")
         if cfg.use_memory and retriever is None:
@@ -133,6 +140,16 @@ class Router:
         if not 0.0 <= cfg.tau <= 1.0:
             raise InvalidRequest(f"router.tau must be in [0, 1], got {cfg.tau}", field="router.tau")
         self.confidence_fn = CONFIDENCE.get(cfg.confidence, field="router.confidence")
+        if calibrator is None and cfg.calibrator:
+            calibrator = load_calibrator(cfg.calibrator)
+        self.calibrator = calibrator
+        self.threshold = cfg.tau
+        if calibrator is not None:
+            self.threshold = (calibrator.threshold if cfg.calibrator_threshold is None
+                              else cfg.calibrator_threshold)
+            if not 0.0 <= self.threshold <= 1.0:
+                raise ConfigError(f"router.calibrator_threshold must be in [0, 1], got "
+                                  f"{self.threshold}", field="router.calibrator_threshold")
         check_probe_decoding(cfg.probe_decoding)
         if retrieval.followup not in FOLLOWUP_MODES:
             raise ConfigError(f"retrieval.followup must be one of {', '.join(FOLLOWUP_MODES)}, got "
@@ -143,6 +160,7 @@ class Router:
         self.retrieval = retrieval
         self.retriever = retriever
         self.facts = None if facts is None else facts_reader(facts)
+        self.layout = memory_layout(cfg)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -176,7 +194,8 @@ class Router:
         facts = {} if self.facts is None or not self.cfg.use_memory else read_facts(
             self.facts, [(i, requests[i].user_id, _now(requests[i])) for i in live
                          if requests[i].use_memory], isolate=steps.isolate, degraded=degraded)
-        pending = [Pending(i, h, memory_degraded=i in degraded, pinned=requests[i].tier is not None)
+        pending = [Pending(i, h, memory_degraded=i in degraded, pinned=requests[i].tier is not None,
+                           query=requests[i].query)
                    for i, h in zip(live, hits)]
         for t, tier in enumerate(self.tiers):
             if not pending:
@@ -258,8 +277,10 @@ class Router:
         _, block = select_facts(facts or (), budget, backend.count_text_tokens, _now(req))
         if block:
             budget -= backend.count_text_tokens(block) + 1  # +1: the blocks' separator
-        chosen = select_within_budget(hits, budget, backend.count_text_tokens)
-        messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block)
+        now, layout = _now(req), self.layout
+        chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)
+        messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block,
+                                  layout=layout, now=now)
         # Exact attribution: the same prompt without the facts and memory blocks (and without
         # the history), so the facts block counts as injected memory;
         # the current turn (question, tool calls and results) and the offered tools are base.
@@ -269,13 +290,14 @@ class Router:
         # The client's turns that fit what the tier's context leaves; oldest dropped first.
         history = list(req.history) if tier.context_tokens is None else history_within(
             req.history, tier.context_tokens - decoding.max_tokens,
-            lambda h: build_messages(system, req.query, chosen, h, req.tail, block),
+            lambda h: build_messages(system, req.query, chosen, h, req.tail, block, layout, now),
             lambda m: count_prompt(backend, m, req.options), backend.count_text_tokens)
         if not history:
             return Prompt(messages, chosen, base, decoding)
         with_history = count_prompt(
             backend, build_messages(system, req.query, (), history, req.tail), req.options)
-        return Prompt(build_messages(system, req.query, chosen, history, req.tail, facts=block),
+        return Prompt(build_messages(system, req.query, chosen, history, req.tail, facts=block,
+                                     layout=layout, now=now),
                       chosen, base, decoding, history_tokens=with_history - base)
 
     def _run_tier(
@@ -347,8 +369,11 @@ class Router:
     ) -> RouteResult | None:
         """Record the call on ``p``; its result when accepted, None to escalate."""
         backend = tier.backend
-        c = self.confidence_fn(reply, self.cfg.l_min)
-        accepted = last or c >= (self.cfg.tau if tau is None else tau)
+        if self.calibrator is None:
+            c = self.confidence_fn(reply, self.cfg.l_min)
+        else:  # P(correct) from the answer's features (memroute.routing.confidence_features)
+            c = self.calibrator.predict(answer_features(reply, prompt.memories, p.query))
+        accepted = last or c >= (self.threshold if tau is None else tau)
         p.confidences.append(c)
         p.calls.append(
             CallRecord(

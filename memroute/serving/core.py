@@ -142,7 +142,7 @@ class ServingCore:
             return None
         backend = self.router.tiers[cfg.extraction.tier].backend
         extractor = Extractor.from_config(backend, self.facts, cfg.extraction,
-                                          unit_sink=self.units)
+                                          unit_sink=self.units, encoder=self.encoder)
         return ExtractionLane(extractor, queue=self.facts.queue,
                               threshold_tokens=cfg.extraction.threshold_tokens,
                               count_text_tokens=backend.count_text_tokens)
@@ -324,6 +324,9 @@ class ServingCore:
 
     def append_turns(self, user_id: str, body: Any) -> dict[str, Any]:
         return self.memory_api.append_turns(user_id, body)
+
+    def turn_timeline(self, user_id: str) -> dict[str, Any]:
+        return self.memory_api.turn_timeline(user_id)
 
     def list_facts(self, user_id: str, key: str | None = None) -> dict[str, Any]:
         return self.memory_api.list_facts(user_id, key)

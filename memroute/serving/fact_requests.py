@@ -89,7 +89,9 @@ def turn_pairs(body: Any, user_id: str, *, max_chars: int, clock: Any = time.tim
         out.append(TurnPair(user_id=user_id, session_id=check_text(session, f"{path}.session_id"),
                             turn_index=stable_id(*texts, int(at)), user_text=texts[0],
                             assistant_text=texts[1], session_time=int(at),
-                            source_model="client", created_at=now))
+                            # a microsecond apart: the list's order is the order they were
+                            # said in (supersession and the timeline read it)
+                            source_model="client", created_at=now + len(out) * 1e-6))
     if total > max_chars:
         raise InvalidRequest(f"turns hold {total} characters; the limit is {max_chars}", field="turns")
     return out

@@ -14,6 +14,7 @@ from typing import Any
 from memroute.config.serve import ServeConfig
 from memroute.memory.facts.session import RenderCache, fact_json, session_start
 from memroute.memory.search import MemorySearch
+from memroute.memory.supersession import marks_for
 from memroute.serving.fact_requests import fact_input, search_request, turn_pairs
 from memroute.types import Memory, memory_of
 
@@ -72,6 +73,25 @@ class MemoryApi:
             ],
             "pending": len(self.journal.pending_for_user(user_id)),
         }
+
+    def turn_timeline(self, user_id: str) -> dict[str, Any]:
+        """Every turn-pair of the user, stored and pending, oldest first, with what superseded
+        what (``superseded_by``, ``valid_until``: 0 while current). Pending change statements
+        are applied as the flusher will apply them (``retrieval.supersede``)."""
+        stored = self.store.list_user(user_id)
+        pending = [e.pair for e in self.journal.pending_for_user(user_id)]
+        rows = {m.id: m for m in stored}
+        rows.update((p.id, memory_of(p)) for p in pending)
+        marks = marks_for(pending, rows.values()) if self.cfg.retrieval.supersede else {}
+        pending_ids = {p.id for p in pending}
+        out = []
+        for m in sorted(rows.values(), key=lambda m: (m.session_time, m.created_at, m.turn_index)):
+            by, until = marks.get(m.id, (m.superseded_by, m.valid_until))
+            out.append({"id": str(m.id), "text": m.text, "session_time": m.session_time,
+                        "status": "superseded" if by else "current",
+                        "superseded_by": str(by) if by else None,
+                        "valid_until": until or None, "pending": m.id in pending_ids})
+        return {"object": "list", "data": out}
 
     def append_turns(self, user_id: str, body: Any) -> dict[str, Any]:
         """Turn-pairs an agent answered elsewhere: acknowledged once journaled (fsync); the

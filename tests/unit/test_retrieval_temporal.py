@@ -15,7 +15,7 @@ from memroute.config.schema import RetrievalConfig
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory import filters
 from memroute.retrieval.bm25 import BM25Cache
-from memroute.retrieval.retriever import HybridRetriever
+from memroute.retrieval.retriever import SUPERSEDED_MARGIN, WINDOW_POOL, HybridRetriever
 from memroute.retrieval.temporal import TimeWindow, time_window
 from memroute.types import Memory, TurnPair
 
@@ -120,7 +120,8 @@ def test_a_store_without_windows_is_asked_for_more_and_filtered_here():
     store = PlainStore()
     r = make(store)
     assert "I did buy a bike today" in first(r, "What did I buy last month?", strategy="dense")
-    assert store.limits[-1] == 10  # top_k 1 x WINDOW_POOL
+    # (top_k 1 + the margin for superseded rows) x WINDOW_POOL
+    assert store.limits[-1] == (1 + SUPERSEDED_MARGIN) * WINDOW_POOL
 
 
 def test_an_empty_window_falls_back_to_the_unfiltered_ranking():

@@ -7,19 +7,30 @@ always answers), and the cost is that of every tier tried up to it. Calibration 
 of the users and reports on the other, so the chosen tau is judged on users it never saw. The same
 samples estimate how often the cheap tier is *confidently wrong*: accepted, while the last tier's
 answer disagrees with it.
+
+With the answers' features in the samples (every shadow row since they were recorded), a
+calibrator (:mod:`memroute.routing.calibrator`) is fitted on the fit half: logistic P(correct)
+of each lower tier's answer (correct: F1 against the references >= ``correct_f1``), then the
+threshold on P(correct) chosen as tau is (:func:`fit_calibrator`). :func:`ece` and :func:`auroc`
+judge a score as a probability of correctness and as a ranking of right above wrong answers.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from memroute.errors import ConfigError
 from memroute.eval.metrics import f1
+from memroute.routing.calibrator import Calibrator, fit
+from memroute.routing.confidence_features import FEATURES, vector
 
 DEFAULT_TAUS = tuple(round(0.05 * i, 2) for i in range(21))  # 0.00, 0.05, ..., 1.00
 DISAGREE_BELOW = 0.5  # F1 between two tiers' answers under this: they disagree
+CORRECT_F1 = 0.5  # an answer with F1 >= this against the references counts as correct
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,8 @@ class ShadowSample:
     confidences: tuple[float, ...]
     f1: tuple[float, ...]  # each tier's answer against the references
     eff_cost: tuple[float, ...]  # each tier's call alone
+    # each tier's answer's features (memroute.routing.confidence_features); None: an older log
+    features: tuple[Mapping[str, float], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -40,29 +53,44 @@ class PolicyResult:
     eff_cost: float
     escalation_rate: float
     confidently_wrong: float  # accepted on tier 0 while the last tier disagrees
+    small_share: float = 0.0  # answered by the first tier
+    # of the answers accepted below the last tier, the share that is wrong (F1 < correct_f1)
+    accepted_wrong: float = 0.0
 
 
-def evaluate(samples: Sequence[ShadowSample], tau: float) -> PolicyResult:
+def evaluate(samples: Sequence[ShadowSample], tau: float,
+             scores: Sequence[Sequence[float]] | None = None,
+             correct_f1: float = CORRECT_F1) -> PolicyResult:
+    """The cascade's outcome at ``tau`` on ``samples``: tier t answers when its score is >= tau
+    (the last always). ``scores``: one per tier per sample (a calibrator's P(correct)); None:
+    the recorded confidences."""
     if not samples:
         raise ConfigError("no shadow samples: replay with shadow_share > 0 first", field="run_id")
     total_f1 = total_cost = 0.0
-    escalated = wrong = 0
-    for s in samples:
+    escalated = wrong = small = accepted = accepted_bad = 0
+    for k, s in enumerate(samples):
         last = len(s.answers) - 1
-        t = next((i for i, c in enumerate(s.confidences) if i == last or c >= tau), last)
+        score = s.confidences if scores is None else scores[k]
+        t = next((i for i, c in enumerate(score) if i == last or c >= tau), last)
         total_f1 += s.f1[t]
         total_cost += sum(s.eff_cost[: t + 1])
         escalated += t > 0
+        small += t == 0
         wrong += t == 0 and last > 0 and f1(s.answers[0], s.answers[last]) < DISAGREE_BELOW
+        if t < last:
+            accepted += 1
+            accepted_bad += s.f1[t] < correct_f1
     n = len(samples)
-    return PolicyResult(tau, n, total_f1 / n, total_cost / n, escalated / n, wrong / n)
+    return PolicyResult(tau, n, total_f1 / n, total_cost / n, escalated / n, wrong / n,
+                        small / n, accepted_bad / accepted if accepted else 0.0)
 
 
 def pick_tau(samples: Sequence[ShadowSample], *, target_f1: float | None = None,
-             target_share: float | None = None, taus: Sequence[float] = DEFAULT_TAUS) -> PolicyResult:
+             target_share: float | None = None, taus: Sequence[float] = DEFAULT_TAUS,
+             scores: Sequence[Sequence[float]] | None = None) -> PolicyResult:
     """The cheapest tau whose F1 reaches ``target_f1``, or ``target_share`` of the F1 the last tier
     alone gets (tau above every confidence); ties go to the higher F1. If no tau reaches the
-    target, the one with the highest F1."""
+    target, the one with the highest F1. ``scores``: as in :func:`evaluate`."""
     if (target_f1 is None) == (target_share is None):
         raise ConfigError("give exactly one of target_f1 and target_share", field="target_share")
     if target_share is not None:
@@ -70,7 +98,7 @@ def pick_tau(samples: Sequence[ShadowSample], *, target_f1: float | None = None,
         target = target_share * large
     else:
         target = float(target_f1)  # type: ignore[arg-type]
-    results = [evaluate(samples, t) for t in taus]
+    results = [evaluate(samples, t, scores) for t in taus]
     good = [r for r in results if r.f1 >= target - 1e-12]
     if not good:
         return max(results, key=lambda r: (r.f1, -r.eff_cost))
@@ -84,3 +112,97 @@ def split_users(samples: Sequence[ShadowSample]) -> tuple[list[ShadowSample], li
         half = hashlib.sha256(s.user_id.encode()).digest()[0] % 2
         (fit if half == 0 else held).append(s)
     return fit, held
+
+
+def candidate_thresholds(scores: Sequence[Sequence[float]]) -> list[float]:
+    """Every threshold that makes a different decision on these scores: 0, the midpoints
+    between consecutive distinct lower-tier scores, and 1 (never accept below the last tier)."""
+    seen = sorted({round(float(c), 9) for row in scores for c in row[:-1]})
+    mids = [round((a + b) / 2, 9) for a, b in zip(seen, seen[1:])]
+    return sorted({0.0, *mids, 1.0})
+
+
+def has_features(samples: Sequence[ShadowSample]) -> bool:
+    return bool(samples) and all(s.features is not None for s in samples)
+
+
+def calibrated_scores(samples: Sequence[ShadowSample], model: Calibrator) -> list[list[float]]:
+    """P(correct) of every tier's answer of every sample."""
+    out = []
+    for s in samples:
+        assert s.features is not None
+        x = np.asarray([vector(f, model.features) for f in s.features], dtype=float)
+        out.append([float(p) for p in model.predict_many(x)])
+    return out
+
+
+def fit_calibrator(samples: Sequence[ShadowSample], *, target_f1: float | None = None,
+                   target_share: float | None = None, correct_f1: float = CORRECT_F1,
+                   l2: float = 1.0) -> tuple[Calibrator, PolicyResult]:
+    """A calibrator fitted on the lower tiers' answers of ``samples``, with the threshold on its
+    P(correct) that reaches the quality target at the lowest EffCost (:func:`pick_tau` over
+    :func:`candidate_thresholds`), and that policy's result on ``samples``."""
+    if not has_features(samples):
+        raise ConfigError("the shadow samples carry no answer features (a replay from before "
+                          "they were recorded): replay again to fit a calibrator", field="run_id")
+    rows, labels = [], []
+    for s in samples:
+        assert s.features is not None
+        for t in range(len(s.answers) - 1):
+            rows.append(vector(s.features[t]))
+            labels.append(float(s.f1[t] >= correct_f1))
+    if not rows:
+        raise ConfigError("a calibrator needs a cascade of two tiers or more", field="run_id")
+    model = fit(np.asarray(rows), np.asarray(labels), names=FEATURES, l2=l2,
+                meta={"correct_f1": correct_f1})
+    scores = calibrated_scores(samples, model)
+    chosen = pick_tau(samples, target_f1=target_f1, target_share=target_share,
+                      taus=candidate_thresholds(scores), scores=scores)
+    return model.with_threshold(chosen.tau), chosen
+
+
+def lower_tier_outcomes(samples: Sequence[ShadowSample], scores: Sequence[Sequence[float]],
+                        correct_f1: float = CORRECT_F1) -> tuple[np.ndarray, np.ndarray]:
+    """(score, correct) of every answer below the last tier: what ECE and AUROC are taken on."""
+    p, y = [], []
+    for s, row in zip(samples, scores):
+        for t in range(len(s.answers) - 1):
+            p.append(float(row[t]))
+            y.append(float(s.f1[t] >= correct_f1))
+    return np.asarray(p, dtype=float), np.asarray(y, dtype=float)
+
+
+def ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
+    """Expected calibration error: |mean score - share correct| per equal-width bin of the
+    score, weighted by the bin's share of answers."""
+    if len(p) == 0:
+        return float("nan")
+    idx = np.minimum((np.clip(p, 0.0, 1.0) * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            total += m.sum() / len(p) * abs(float(p[m].mean()) - float(y[m].mean()))
+    return total
+
+
+def auroc(p: np.ndarray, y: np.ndarray) -> float:
+    """The chance a correct answer scores above a wrong one (ties count half); NaN without
+    both kinds."""
+    pos, neg = p[y > 0.5], p[y <= 0.5]
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+    values = np.concatenate([pos, neg])[order]
+    ranks = np.empty(len(values))
+    i = 0
+    while i < len(values):  # average ranks over ties
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        ranks[i:j + 1] = (i + j) / 2 + 1
+        i = j + 1
+    rank_of = np.empty(len(values))
+    rank_of[order] = ranks
+    u = rank_of[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2
+    return float(u / (len(pos) * len(neg)))

@@ -1,12 +1,21 @@
-"""The calibration job's body: shadow samples of a replay run -> tau, judged on held-out users.
+"""The calibration job's body: shadow samples of a replay run -> tau and a calibrator, judged on
+held-out users.
 
-Writes ``calibration.md`` and ``router_override.yaml`` (``router: {tau: ...}``, to pass as
-``+router=...`` or copy into a preset) into the replay's run folder.
+Writes into the replay's run folder ``calibration.md``, ``router_override.yaml`` (``router:
+{tau: ...}``, plus ``calibrator: <path>`` when one was fitted; pass as ``+router=...`` or copy
+into a preset) and, when the shadow rows carry the answers' features, the calibrator artifact
+``calibrator.json`` (or ``calibrator_out``) that ``router.calibrator`` loads.
+
+The report compares on the held-out users: the configured confidence (mean log-prob by default)
+at ``baseline_tau`` and at its calibrated tau, the calibrator at its threshold, and the last
+tier alone (F1, EffCost, the first tier's share, confidently-wrong shares); and the scores
+themselves (ECE, AUROC of the lower tiers' answers being correct).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,10 +23,23 @@ import polars as pl
 
 from memroute.config.calibrate import CalibrateConfig, check_calibrate_config
 from memroute.errors import ConfigError
-from memroute.eval.replay.calibrate import ShadowSample, evaluate, pick_tau, split_users
+from memroute.eval.replay.calibrate import (
+    PolicyResult,
+    ShadowSample,
+    auroc,
+    calibrated_scores,
+    ece,
+    evaluate,
+    fit_calibrator,
+    has_features,
+    lower_tier_outcomes,
+    pick_tau,
+    split_users,
+)
 from memroute.eval.report import to_markdown
 
 SHADOW = "shadow.jsonl"
+CALIBRATOR = "calibrator.json"
 
 
 def load_samples(run_dir: Path) -> list[ShadowSample]:
@@ -33,8 +55,15 @@ def load_samples(run_dir: Path) -> list[ShadowSample]:
             except ValueError:  # a line cut by a kill
                 continue
             latest[row["request_id"]] = row  # a wave redone after a kill: keep one sample
-    return [ShadowSample(r["request_id"], r["user_id"], tuple(r["answers"]), tuple(r["confidences"]),
-                         tuple(float(f) for f in r["f1"]), tuple(r["eff_cost"])) for r in latest.values()]
+    return [sample_of(r) for r in latest.values()]
+
+
+def sample_of(r: dict) -> ShadowSample:
+    """One shadow row; rows from before the features were recorded have none (tau still works)."""
+    feats = r.get("features")
+    return ShadowSample(r["request_id"], r["user_id"], tuple(r["answers"]), tuple(r["confidences"]),
+                        tuple(float(f) for f in r["f1"]), tuple(r["eff_cost"]),
+                        tuple(dict(f) for f in feats) if feats else None)
 
 
 def run_dir_of(cfg: CalibrateConfig) -> Path:
@@ -53,32 +82,78 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
     if not fit or not held:
         raise ConfigError(f"{len(samples)} shadow samples from too few users to hold half out; "
                           "replay more users or a larger shadow_share", field="run_id")
-    chosen = pick_tau(fit, target_f1=cfg.target_f1, target_share=cfg.target_share)
-    table = pl.DataFrame([
-        {"users": "fit", "policy": f"tau={chosen.tau}", **_cols(chosen)},
-        {"users": "held out", "policy": f"tau={chosen.tau} (calibrated)", **_cols(evaluate(held, chosen.tau))},
-        {"users": "held out", "policy": f"tau={cfg.baseline_tau} (baseline)",
-         **_cols(evaluate(held, cfg.baseline_tau))},
-        {"users": "held out", "policy": "last tier only", **_cols(evaluate(held, 1.01))},
-    ])
+    target_kw = {"target_f1": cfg.target_f1, "target_share": cfg.target_share}
+    chosen = pick_tau(fit, **target_kw)
+    base = evaluate(held, cfg.baseline_tau, correct_f1=cfg.correct_f1)
+    tuned = evaluate(held, chosen.tau, correct_f1=cfg.correct_f1)
+    rows = [
+        {"users": "fit", "policy": f"confidence tau={chosen.tau}", **_cols(chosen)},
+        {"users": "held out", "policy": f"confidence tau={cfg.baseline_tau} (baseline)", **_cols(base)},
+        {"users": "held out", "policy": f"confidence tau={chosen.tau} (calibrated)", **_cols(tuned)},
+    ]
+    p, y = lower_tier_outcomes(held, [s.confidences for s in held], cfg.correct_f1)
+    score_rows = [{"score": "confidence (router.confidence)", **_score_cols(p, y)}]
+    out: dict[str, object] = {"tau": chosen.tau, "fit": asdict(chosen), "held": asdict(tuned),
+                              "baseline": asdict(base)}
+    artifact = None
+    if has_features(fit) and has_features(held):
+        model, fitted = fit_calibrator(fit, correct_f1=cfg.correct_f1, l2=cfg.l2, **target_kw)
+        held_scores = calibrated_scores(held, model)
+        routed = evaluate(held, model.threshold, held_scores, cfg.correct_f1)
+        rows += [{"users": "fit", "policy": f"calibrator p>={model.threshold:.3f}", **_cols(fitted)},
+                 {"users": "held out", "policy": f"calibrator p>={model.threshold:.3f}",
+                  **_cols(routed)}]
+        p, y = lower_tier_outcomes(held, held_scores, cfg.correct_f1)
+        score_rows.append({"score": "calibrator P(correct)", **_score_cols(p, y)})
+        artifact = Path(cfg.calibrator_out) if cfg.calibrator_out else run_dir / CALIBRATOR
+        model.meta.update({"run": run_dir.name, "fit_samples": len(fit),
+                           "held_out": {"ece": score_rows[-1]["ECE"],
+                                        "auroc": score_rows[-1]["AUROC"]}})
+        model.save(artifact)
+        out.update({"calibrator": str(artifact), "threshold": model.threshold,
+                    "calibrated": asdict(routed)})
+    rows.append({"users": "held out", "policy": "last tier only",
+                 **_cols(evaluate(held, 1.01, correct_f1=cfg.correct_f1))})
+    out["scores"] = score_rows
     target = (f"F1 >= {cfg.target_f1}" if cfg.target_f1 is not None
               else f"F1 >= {cfg.target_share} x the last tier's F1")
+    note = (f"calibrator written to {artifact} (router.calibrator={artifact})" if artifact else
+            "no calibrator: these shadow rows carry no answer features (replay again to fit one)")
     report = "\n\n".join([
         f"## calibration of {run_dir.name}: {len(samples)} shadow samples ({len(fit)} fit, "
         f"{len(held)} held out, split by user)",
-        f"Target: {target} at the lowest EffCost; chosen tau = {chosen.tau}.",
-        to_markdown(table),
-        "confidently wrong: accepted by the first tier while the last tier's answer disagrees "
-        "(F1 between them < 0.5), share of all samples.",
+        f"Target: {target} at the lowest EffCost; chosen tau = {chosen.tau}; {note}.",
+        to_markdown(pl.DataFrame(rows)),
+        "small %: answered by the first tier. wrong of accepted %: answers accepted below the "
+        f"last tier with F1 < {cfg.correct_f1} against the references, share of those accepted. "
+        "disagree %: accepted by the first tier while the last tier's answer disagrees (F1 "
+        "between them < 0.5), share of all samples.",
+        "### the scores on the held-out users' lower-tier answers (correct: F1 >= "
+        f"{cfg.correct_f1})",
+        to_markdown(pl.DataFrame(score_rows)),
     ])
     (run_dir / "calibration.md").write_text(report + "\n")
-    (run_dir / "router_override.yaml").write_text(f"# python -m jobs.calibrate: {target}\nrouter:\n  tau: {chosen.tau}\n")
+    override = f"# python -m jobs.calibrate: {target}\nrouter:\n  tau: {chosen.tau}\n"
+    if artifact is not None:
+        override += f"  calibrator: {artifact.resolve()}\n"
+    (run_dir / "router_override.yaml").write_text(override)
     print(report)
-    print(f"\noverride: router.tau={chosen.tau}  (also in {run_dir / 'router_override.yaml'})")
-    return {"tau": chosen.tau, "fit": asdict(chosen), "held": asdict(evaluate(held, chosen.tau)),
-            "baseline": asdict(evaluate(held, cfg.baseline_tau))}
+    print(f"\noverride: router.tau={chosen.tau}"
+          + (f" router.calibrator={artifact.resolve()}" if artifact else "")
+          + f"  (also in {run_dir / 'router_override.yaml'})")
+    return out
 
 
-def _cols(r) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _cols(r: PolicyResult) -> dict[str, object]:
     return {"n": r.n, "F1": round(100 * r.f1, 1), "EffCost/req": round(r.eff_cost, 1),
-            "esc %": round(100 * r.escalation_rate, 1), "confidently wrong %": round(100 * r.confidently_wrong, 1)}
+            "small %": round(100 * r.small_share, 1), "esc %": round(100 * r.escalation_rate, 1),
+            "wrong of accepted %": round(100 * r.accepted_wrong, 1),
+            "disagree %": round(100 * r.confidently_wrong, 1)}
+
+
+def _score_cols(p, y) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    def r(x: float) -> float | None:
+        return None if math.isnan(x) else round(x, 3)
+
+    return {"answers": len(p), "correct %": round(100 * float(y.mean()), 1) if len(y) else None,
+            "ECE": r(ece(p, y)), "AUROC": r(auroc(p, y))}

@@ -183,4 +183,5 @@ def _row(strategy: Strategy, seq: int, req: TraceRequest, o: Outcome, book: Evid
         fact_id=req.fact_id, memories=len(o.memory_ids), f1=s.f1, stale=s.stale,
         evidence_hit=s.evidence_hit, wall_s=wall_s,
     )
+    out.update(getattr(strategy, "row_fields", None) or {})  # memroute_facts: extraction_tier
     return out

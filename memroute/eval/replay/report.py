@@ -100,6 +100,21 @@ def projection(rows: pl.DataFrame, volumes: Mapping[str, int] | None) -> pl.Data
     return pl.DataFrame(recs)
 
 
+def extraction_lines(rows: pl.DataFrame) -> str:
+    """One line per strategy whose rows name their extracting tier (memroute_facts)."""
+    if "extraction_tier" not in rows.columns:
+        return ""
+    cols = [c for c in ("extraction_tier", "extraction_model", "extraction_keys")
+            if c in rows.columns]
+    seen = (rows.filter(pl.col("extraction_tier").is_not_null())
+            .select("strategy", *cols).unique(maintain_order=True))
+    return "\n".join(
+        f"- {r['strategy']}: tier {r['extraction_tier']}"
+        + (f" ({r['extraction_model']})" if r.get("extraction_model") else "")
+        + (f", keys {r['extraction_keys']}" if r.get("extraction_keys") else "")
+        for r in seen.iter_rows(named=True))
+
+
 def timing_table(timings: Mapping[str, Mapping[str, float]]) -> pl.DataFrame:
     """Where each strategy's replay time went: the models, the strategy around them (retrieval,
     token counts, memory writes), and the replay driver itself (scoring, checkpoint)."""
@@ -140,6 +155,9 @@ def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
         "First and last window:",
         to_markdown(first_last(win, strategies)),
     ]
+    extraction = extraction_lines(rows)
+    if extraction:
+        parts += ["Fact extraction (which cascade tier extracted the facts):", extraction]
     if MAIN in strategies:
         lines = []
         for b in strategies:

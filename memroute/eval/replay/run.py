@@ -151,13 +151,17 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
                 memory = build.memory(cfg.embedder, memory_cfg, cfg.retrieval, assets, enc=encoder)
                 _restore_memories(memory, list(checkpoint.iter_rows(name)))
             retriever = memory.retriever if memory else None
-            if needs_facts(name):  # extraction by the first tier, as in serving
-                facts = replay_facts(cfg.extraction, tiers[0].backend, run_dir)
+            if needs_facts(name):  # extraction by extraction.tier, as in serving
+                t = cfg.extraction.tier
+                facts = replay_facts(cfg.extraction, tiers[t].backend, run_dir, encoder=encoder,
+                                     tier=t)
                 retriever = facts.feeding(retriever)
             parts = StrategyParts(tiers, prices(models), cfg.router, cfg.retrieval, retriever,
                                   encoder=encoder.encode, cache_threshold=cfg.cache_threshold,
                                   facts=facts.store if facts else None)
             strategy = STRATEGIES.get(name)(name, parts)
+            if facts is not None:  # each row says which tier extracted (driver._row)
+                strategy.row_fields = facts.row_fields()
             shadow = ShadowRecorder(parts, cfg.shadow_share) if name == "memroute" and cfg.shadow_share else None
             bar.start(name)
             timings[name] = {}

@@ -33,6 +33,7 @@ from memroute.eval.replay.outcome import CACHE_TIER, Outcome, TierPrice, from_ro
 from memroute.eval.replay.scoring import best_f1
 from memroute.namespace import namespace
 from memroute.registry import Registry
+from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.facts_block import FactsSource
 from memroute.routing.router import MemoryRetriever, Router, RouteRequest, Tier
 
@@ -42,6 +43,8 @@ Wave = Sequence[tuple[int, TraceRequest]]  # (row number in the trace, request)
 class Strategy(Protocol):
     name: str
     stores_memory: bool  # its answers become memories (evidence hits are measured only then)
+    # optional ``row_fields``: a dict merged into each of its rows (memroute_facts: which tier
+    # extracted its facts, extraction_tier / extraction_model / extraction_keys)
 
     def answer_many(self, wave: Wave) -> list[Outcome]: ...
 
@@ -181,10 +184,12 @@ def needs_facts(name: str) -> bool:
 
 class ShadowRecorder:
     """Every tier alone, with the memories the routed request will see, on a sampled share of
-    requests (before the routed call, so the memory is the same): the calibration's samples."""
+    requests (before the routed call, so the memory is the same): the calibration's samples.
+    Each row carries every tier's confidence (``router.confidence``, never a calibrator's) and
+    its answer's features (``memroute.routing.confidence_features``), for jobs.calibrate."""
 
     def __init__(self, parts: StrategyParts, share: float) -> None:
-        cfg = replace(parts.router, use_routing=False, store_answers=False)
+        cfg = replace(parts.router, use_routing=False, store_answers=False, calibrator=None)
         self.routers = [Router([t], cfg, parts.retrieval, parts.retriever if cfg.use_memory else None)
                         for t in parts.tiers]
         self.share = share
@@ -207,5 +212,7 @@ class ShadowRecorder:
                 "confidences": [r.decision.confidences[0] for r in results],
                 "f1": [best_f1(r.answer, req.references) for r in results],
                 "eff_cost": [r.eff_cost for r in results],
+                "features": [answer_features(r.reply, r.decision.memories, req.query)
+                             for r in results],
             })
         return rows

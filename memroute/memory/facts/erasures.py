@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from memroute.memory.facts.schema import (
     erasures,
     extraction_queue,
+    fact_keys,
     fact_locks,
     fact_versions,
     facts,
@@ -76,8 +77,8 @@ def erase(
     conn: Connection, of: Callable[[sa.ColumnElement[str]], sa.ColumnElement[bool]], scope: str,
     *, backend: str, now: float,
 ) -> int:
-    """Delete the facts, version rows, recent turns and queued turns of the users ``of``
-    selects and note the erasure of ``scope``; the number of fact and turn rows removed."""
+    """Delete the facts, key descriptions, version rows, recent turns and queued turns of the
+    users ``of`` selects and note the erasure of ``scope``; the number of fact and turn rows removed."""
     if backend == "postgresql":
         lock_for_erasure(conn, [scope])
     record(conn, scope, now)
@@ -85,6 +86,7 @@ def erase(
     for table in (recent_turns, extraction_queue):
         removed += conn.execute(sa.delete(table).where(of(table.c.user_id))).rowcount
     conn.execute(sa.delete(fact_versions).where(of(fact_versions.c.user_id)))
+    conn.execute(sa.delete(fact_keys).where(of(fact_keys.c.user_id)))
     if backend == "sqlite":  # expired leases name the user too; held ones stay
         conn.execute(sa.delete(fact_locks).where(of(fact_locks.c.user_id),
                                                  fact_locks.c.expires_at <= float(now)))

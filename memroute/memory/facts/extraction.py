@@ -13,6 +13,11 @@ units go to the optional ``unit_sink`` after the facts (:class:`memroute.memory.
 embedded, near-duplicates suppressed); a sink failure propagates like a back-end failure (the
 lane keeps the turns; a rerun restates the facts, and the units it already wrote are duplicates).
 
+With open keys (``extraction.keys=open``, :mod:`.keys`) the model may propose keys of its own:
+a key that cannot be made valid drops that fact (counted in ``keys_rejected``, with the reasons),
+and the others are put on the user's existing keys by the canonicaliser before grounding, so
+two spellings of one fact type supersede each other and two fact types never do.
+
 It is meant for the background lane: :func:`needs_extraction` says when a user's unextracted
 conversation has grown past the threshold (``ExtractionConfig.threshold_tokens``). Which turns
 are unextracted is the caller's bookkeeping. Back-end failures (down, rejected) propagate: they
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memroute.config.extraction import ExtractionConfig, check_extraction_config
+from memroute.embedding.base import Encoder
 from memroute.errors import InvalidRequest
 from memroute.llm.base import Backend
 from memroute.llm.options import GenerationOptions
@@ -43,6 +49,8 @@ from memroute.memory.facts.extraction_schema import (
     retry_prompt,
 )
 from memroute.memory.facts.grounding import ground
+from memroute.memory.facts.key_registry import canonical_facts, remember_keys
+from memroute.memory.facts.keys import KeyCanonicalizer
 from memroute.memory.facts.store import FactStore
 from memroute.memory.facts.types import Fact, UserErased
 from memroute.types import TurnPair, validate_user_id
@@ -80,6 +88,10 @@ class ExtractionResult:
     units_written: int = 0  # given to the unit sink and stored
     units_suppressed: int = 0  # near-duplicates the sink did not store
     ungrounded: int = 0  # valid facts dropped: their turn does not state them (grounding.py)
+    keys_rejected: int = 0  # open keys: facts dropped because their key could not be made valid
+    key_rejections: tuple[str, ...] = ()  # why, one line each ("facts[2]: key ... is empty")
+    keys_merged: int = 0  # open keys: proposals put on an existing key of another spelling
+    keys_new: int = 0  # open keys: keys new to the user among the facts written
 
 
 class Extractor:
@@ -96,6 +108,7 @@ class Extractor:
         retries: int = ExtractionConfig.retries,
         unit_sink: UnitSink | None = None,
         grounding: bool = ExtractionConfig.grounding,
+        canonicalizer: KeyCanonicalizer | None = None,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be a positive integer, got {max_tokens!r}",
@@ -110,14 +123,24 @@ class Extractor:
         self.retries = retries
         self.unit_sink = unit_sink
         self.grounding = bool(grounding)
+        # open keys without an encoder: only exact spellings of a user's key merge
+        self.canonicalizer = canonicalizer or KeyCanonicalizer(
+            None, ExtractionConfig.key_match_threshold)
 
     @classmethod
     def from_config(cls, backend: Backend, store: FactStore, cfg: ExtractionConfig, *,
-                    unit_sink: UnitSink | None = None) -> Extractor:
+                    unit_sink: UnitSink | None = None, encoder: Encoder | None = None,
+                    units: bool = True) -> Extractor:
+        """``encoder``: embeds proposed keys (``extraction.keys=open``); without one only
+        exact spellings of a user's key merge."""
         check_extraction_config(cfg)
-        return cls(backend, ExtractionSchema.from_config(cfg.fields), store,
+        open_keys = cfg.keys == "open"
+        return cls(backend, ExtractionSchema.from_config(cfg.fields, units=units,
+                                                         open_keys=open_keys), store,
                    max_tokens=cfg.max_tokens, retries=cfg.retries, unit_sink=unit_sink,
-                   grounding=cfg.grounding)
+                   grounding=cfg.grounding,
+                   canonicalizer=KeyCanonicalizer(encoder if open_keys else None,
+                                                  cfg.key_match_threshold))
 
     def extract(
         self, user_id: str, turns: Sequence[TurnPair], *, erasure_mark: int | None = None
@@ -160,13 +183,24 @@ class Extractor:
                 continue
             # conversation order (stable): a later turn's value supersedes an earlier one's
             order = {t.id: i for i, t in enumerate(turns)}
-            facts, ungrounded = list(parsed.facts), 0
+            facts, ungrounded, resolved = list(parsed.facts), 0, []
+            if self.schema.open_keys:  # on the user's keys first: grounding checks one key a value
+                facts, resolved = canonical_facts(
+                    self.canonicalizer, self.store, uid, facts, parsed.descriptions,
+                    fields={f.name: f.description for f in self.schema.fields})
+            if parsed.rejected:
+                log.info("fact extraction for %s dropped %d fact(s) with invalid keys: %s", uid,
+                         len(parsed.rejected), "; ".join(parsed.rejected)[:500])
             if self.grounding:
                 facts, ungrounded = ground(facts, {t.id: t for t in turns})
             facts.sort(key=lambda f: order[f.turn_id])
             try:
                 stored = tuple(self.store.assert_fact(uid, f, unless_erased_after=mark)
                                for f in facts)
+                new_keys = (_new_keys(resolved, parsed.descriptions, {f.key for f in facts})
+                            if resolved else [])
+                if new_keys:
+                    remember_keys(self.store, uid, new_keys, unless_erased_after=mark)
                 if parsed.units and self.store.erased_since(uid, mark):
                     raise UserErased("erased before the units were written")
             except UserErased:
@@ -178,11 +212,25 @@ class Extractor:
                 written, suppressed = int(report.written), int(report.suppressed)
             return ExtractionResult(len(stored), attempt, None, stored, latency_s=latency,
                                     units=tuple(parsed.units), units_written=written,
-                                    units_suppressed=suppressed, ungrounded=ungrounded)
+                                    units_suppressed=suppressed, ungrounded=ungrounded,
+                                    keys_rejected=len(parsed.rejected),
+                                    key_rejections=parsed.rejected,
+                                    keys_merged=sum(r.merged for r in resolved),
+                                    keys_new=len({k for k, _ in new_keys}))
         attempts = self.retries + 1
         log.warning("fact extraction for %s skipped after %d invalid output(s) from %s: %s",
                     uid, attempts, getattr(self.backend, "model_id", "?"), error)
         return ExtractionResult(0, attempts, INVALID_OUTPUT, error=error, latency_s=latency)
+
+
+def _new_keys(resolved: Sequence[Any], descriptions: Sequence[str], written: set[str]
+              ) -> list[tuple[str, str]]:
+    """(key, description) of the keys new to the user that facts were written under."""
+    out: dict[str, str] = {}
+    for r, d in zip(resolved, descriptions, strict=True):
+        if r.known is None and r.key in written:
+            out.setdefault(r.key, d)
+    return list(out.items())
 
 
 __all__ = [

@@ -14,6 +14,13 @@ said it) or ``inferred`` (concluded from what they said), ``valid_from`` the day
 true when the conversation says so (else the turn's session time) and ``turn`` the number of
 the turn it came from (its ``TurnPair.id`` becomes the fact's ``turn_id``).
 
+With open keys (``ExtractionSchema.open_keys``, ``extraction.keys=open``) ``key`` may also be a
+key the model proposes (``pet.rabbit.name``), and each fact carries ``description``: what the
+fact is, without its value ("the name of the user's pet rabbit"). A proposed key is normalised
+(:func:`memroute.memory.facts.keys.normalize_key`); one that cannot be made valid drops that
+fact only, with its reason (``ParsedExtraction.rejected``), and the extractor maps the rest
+onto the user's keys (:class:`memroute.memory.facts.keys.KeyCanonicalizer`).
+
 :func:`json_schema` is that shape as a JSON Schema with the keys enumerated (vLLM constrains
 decoding to it); :func:`parse_extraction` checks it again on every back end and refuses the
 whole output (:class:`ExtractionError`) for any bad item: nothing half-parsed is stored.
@@ -30,10 +37,18 @@ from typing import Any
 
 from memroute.config.extraction import DEFAULT_FIELDS, check_extraction_fields
 from memroute.errors import InvalidRequest, MemrouteError
+from memroute.memory.facts.keys import (
+    KEY_PATTERN,
+    MAX_KEY_DESCRIPTION_CHARS,
+    MAX_OPEN_KEY_CHARS,
+    KeyRejected,
+    normalize_key,
+)
 from memroute.memory.facts.types import (
     EXPLICIT,
     INFERRED,
     MAX_VALUE_CHARS,
+    TEMPORAL,
     FactInput,
     check_fact_input,
 )
@@ -41,6 +56,7 @@ from memroute.types import Message, TurnPair, format_session_date, stable_id
 
 OUTPUT_SOURCES = (EXPLICIT, INFERRED)  # "confirmed" is the user's answer to a question, not ours
 ITEM_KEYS = ("key", "value", "source", "valid_from", "turn")
+DESCRIPTION = "description"  # open keys: what the fact is, without its value
 UNIT_KEYS = ("text", "turn")
 OUTPUT_KEYS = ("facts", "units")
 MAX_UNITS = 32  # per extraction output
@@ -83,6 +99,9 @@ class ExtractedUnit:
 class ParsedExtraction:
     facts: list[FactInput]
     units: list[ExtractedUnit]
+    # open keys: each fact's value-free description ("" when none), parallel to ``facts``
+    descriptions: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()  # open keys: why each dropped fact's key was refused
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,7 @@ class ExtractionSchema:
 
     fields: tuple[ExtractionField, ...]
     units: bool = True
+    open_keys: bool = False  # the model may propose keys beyond ``fields`` (with a description)
 
     def __post_init__(self) -> None:
         check_extraction_fields(
@@ -109,12 +129,12 @@ class ExtractionSchema:
 
     @classmethod
     def from_config(cls, fields: Sequence[Mapping[str, Any]] = DEFAULT_FIELDS, *,
-                    units: bool = True) -> ExtractionSchema:
+                    units: bool = True, open_keys: bool = False) -> ExtractionSchema:
         """From config's ``[{field, category, description}, ...]`` (:class:`ConfigError`
-        names a bad entry)."""
+        names a bad entry); ``open_keys``: ``extraction.keys == "open"``."""
         checked = check_extraction_fields(fields)
         return cls(tuple(ExtractionField(f["field"], f["category"], f["description"])
-                         for f in checked), units=units)
+                         for f in checked), units=units, open_keys=open_keys)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -129,17 +149,25 @@ def json_schema(schema: ExtractionSchema, n_turns: int | None = None) -> dict[st
     turn: dict[str, Any] = {"type": "integer", "minimum": 0}
     if n_turns is not None:
         turn["maximum"] = max(int(n_turns) - 1, 0)
+    key: dict[str, Any] = {"type": "string", "enum": list(schema.keys)}
+    described: dict[str, Any] = {}
+    if schema.open_keys:  # described first: the model says what the fact is, then names it
+        key = {"type": "string", "pattern": KEY_PATTERN, "minLength": 1,
+               "maxLength": MAX_OPEN_KEY_CHARS}
+        described = {DESCRIPTION: {"type": "string", "minLength": 1,
+                                   "maxLength": MAX_KEY_DESCRIPTION_CHARS}}
     item = {
         "type": "object",
         "properties": {
-            "key": {"type": "string", "enum": list(schema.keys)},
+            **described,
+            "key": key,
             "value": {"type": "string", "minLength": 1, "maxLength": MAX_OUTPUT_VALUE_CHARS},
             "source": {"type": "string", "enum": list(OUTPUT_SOURCES)},
             "valid_from": {"anyOf": [
                 {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}, {"type": "null"}]},
             "turn": turn,
         },
-        "required": list(ITEM_KEYS),
+        "required": [*described, *ITEM_KEYS],
         "additionalProperties": False,
     }
     unit = {
@@ -168,21 +196,30 @@ def _iso(epoch_s: int | float) -> str:
 
 
 def system_prompt(schema: ExtractionSchema) -> str:
+    described = '"description": ..., ' if schema.open_keys else ""
     lines = [
         "You extract facts about the user from a conversation, for a personal assistant's "
         "memory. Answer with one JSON object and nothing else:",
-        '{"facts": [{"key": ..., "value": ..., "source": ..., "valid_from": ..., "turn": ...}]'
-        + (',\n "units": [{"text": ..., "turn": ...}]}' if schema.units else "}"),
+        f'{{"facts": [{{{described}"key": ..., "value": ..., "source": ..., "valid_from": ..., '
+        '"turn": ...}]' + (',\n "units": [{"text": ..., "turn": ...}]}' if schema.units else "}"),
         "",
-        "The keys you may use (one fact per key and value; skip keys the conversation does "
-        "not mention):",
+        ("Known keys (use one when the fact is exactly what it says; skip keys the conversation "
+         "does not mention):" if schema.open_keys else
+         "The keys you may use (one fact per key and value; skip keys the conversation does "
+         "not mention):"),
     ]
     lines += [f"- {f.name}: {f.description}" if f.description else f"- {f.name}"
               for f in schema.fields]
+    lines += ["", "Rules:"]
     lines += [
-        "",
-        "Rules:",
-        '- "key": one of the keys above, exactly as written.',
+        '- "description": what the fact is, without its value ("the name of the user\'s pet '
+        'rabbit", "the caterer the user chose for the wedding").',
+        '- "key": a known key when the fact is exactly that one; otherwise a new short key of '
+        'lowercase words joined by "_" and ".", general to specific ("pet.rabbit.name", '
+        '"event.caterer", "building.gate_code"). Different things get different keys: a '
+        "pet's name is not user.name, and two pets are two keys.",
+    ] if schema.open_keys else ['- "key": one of the keys above, exactly as written.']
+    lines += [
         '- "value": the value in a few words, as the user gave it (a number stays a number: '
         '"80", not "eighty dollars a month" unless they said so).',
         '- "source": "explicit" when the user said it themselves; "inferred" when you '
@@ -281,8 +318,9 @@ def parse_extraction_output(
     data = _json_object(text)
     if not isinstance(data, dict) or "facts" not in data or not set(data) <= set(OUTPUT_KEYS):
         raise ExtractionError('the output must be an object with the keys "facts" and "units"')
-    facts = _parse_facts(data["facts"], schema, turns)
-    return ParsedExtraction(facts, _parse_units(data.get("units", []), turns))
+    facts, descriptions, rejected = _parse_facts(data["facts"], schema, turns)
+    return ParsedExtraction(facts, _parse_units(data.get("units", []), turns),
+                            tuple(descriptions), tuple(rejected))
 
 
 def _turn_number(turn: object, where: str, turns: Sequence[TurnPair]) -> int:
@@ -318,24 +356,52 @@ def _parse_units(items: Any, turns: Sequence[TurnPair]) -> list[ExtractedUnit]:
     return out
 
 
+def _description(item: dict, where: str) -> str:
+    """An open-keys item's description, one line ("" if the item has none: a back end
+    without constrained decoding may leave it out; the key alone is then embedded)."""
+    text = item.get(DESCRIPTION, "")
+    if not isinstance(text, str):
+        raise ExtractionError(f"{where}.description must be a string")
+    text = " ".join(text.split())
+    if len(text) > MAX_KEY_DESCRIPTION_CHARS or _CONTROL_RE.search(text):
+        raise ExtractionError(f"{where}.description must be one line of at most "
+                              f"{MAX_KEY_DESCRIPTION_CHARS} characters")
+    return text
+
+
 def _parse_facts(items: Any, schema: ExtractionSchema, turns: Sequence[TurnPair]
-                 ) -> list[FactInput]:
+                 ) -> tuple[list[FactInput], list[str], list[str]]:
+    """The facts, their descriptions (open keys) and why each dropped fact's key was refused."""
     if not isinstance(items, list):
         raise ExtractionError('"facts" must be a list')
     if len(items) > MAX_FACTS:
         raise ExtractionError(f'"facts" has {len(items)} items; at most {MAX_FACTS} are read')
     out: list[FactInput] = []
+    descriptions: list[str] = []
+    rejected: list[str] = []
+    allowed = {*ITEM_KEYS, DESCRIPTION} if schema.open_keys else set(ITEM_KEYS)
     for i, item in enumerate(items):
         where = f"facts[{i}]"
         if not isinstance(item, dict):
             raise ExtractionError(f"{where} must be an object")
-        if set(item) != set(ITEM_KEYS):
-            extra = sorted(set(item) - set(ITEM_KEYS))
+        if not set(ITEM_KEYS) <= set(item) <= allowed:
+            extra = sorted(set(item) - allowed)
             missing = sorted(set(ITEM_KEYS) - set(item))
             raise ExtractionError(f"{where} has unknown keys {extra}" if extra
                                   else f"{where} lacks {missing}")
         key, value, source = item["key"], item["value"], item["source"]
-        spec = schema.field(key) if isinstance(key, str) else None
+        description = _description(item, where) if schema.open_keys else ""
+        if schema.open_keys:
+            if not isinstance(key, str):
+                raise ExtractionError(f"{where}.key must be a string")
+            try:
+                key = normalize_key(key)
+            except KeyRejected as exc:  # this fact only: the rest of the output stands
+                rejected.append(f"{where}: {exc.message}")
+                continue
+            spec = schema.field(key) or ExtractionField(key, TEMPORAL, description)
+        else:
+            spec = schema.field(key) if isinstance(key, str) else None
         if spec is None:
             raise ExtractionError(f"{where}.key {str(key)[:40]!r} is not a field of the schema")
         if not isinstance(value, str) or not value.strip():
@@ -360,7 +426,8 @@ def _parse_facts(items: Any, schema: ExtractionSchema, turns: Sequence[TurnPair]
             out.append(check_fact_input(fact))  # the store's own checks, before any write
         except InvalidRequest as exc:
             raise ExtractionError(f"{where}: {exc}") from None
-    return out
+        descriptions.append(description)
+    return out, descriptions, rejected
 
 
 __all__ = [

@@ -46,6 +46,7 @@ class ExtractionLane:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="extraction")
         self.runs = self.facts_written = self.skipped = self.failed = 0
         self.units_written = self.units_suppressed = 0
+        self.keys_rejected = self.keys_merged = self.keys_new = 0  # open keys (facts/keys.py)
         self._clock = clock
         self._queued: tuple[float, int] | None = None  # (clock at the read, users queued)
 
@@ -91,6 +92,9 @@ class ExtractionLane:
         self.facts_written += result.facts_written
         self.units_written += result.units_written
         self.units_suppressed += result.units_suppressed
+        self.keys_rejected += result.keys_rejected
+        self.keys_merged += result.keys_merged
+        self.keys_new += result.keys_new
         self.queue.remove(user_id, [t.id for t in turns])
 
     def pending_tokens(self, user_id: str) -> int:
@@ -107,7 +111,9 @@ class ExtractionLane:
     def stats(self) -> dict[str, int]:
         return {"runs": self.runs, "facts_written": self.facts_written, "skipped": self.skipped,
                 "failed": self.failed, "users_queued": self.users_queued(),
-                "units_written": self.units_written, "units_suppressed": self.units_suppressed}
+                "units_written": self.units_written, "units_suppressed": self.units_suppressed,
+                "keys_rejected": self.keys_rejected, "keys_merged": self.keys_merged,
+                "keys_new": self.keys_new}
 
     def close(self, wait: bool = True) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)

@@ -23,6 +23,9 @@ Tables:
   background lane's durable, shared work list (:mod:`memroute.memory.facts.queue`). Every
   replica enqueues here, so a user's threshold counts all their turns whichever replica
   answered them, and a restart loses none.
+- ``fact_keys``: open-vocabulary keys (``extraction.keys=open``): the value-free description
+  each key of a user was first proposed with, so a later proposal is compared with the key's
+  words and description (:mod:`memroute.memory.facts.key_registry`). Erased with the facts.
 
 Indexes:
 
@@ -172,6 +175,15 @@ extraction_queue = sa.Table(
     sa.Column("pair", sa.Text(), nullable=False),  # the TurnPair as JSON (journal codec)
 )
 
+fact_keys = sa.Table(
+    "fact_keys",
+    metadata,
+    sa.Column("user_id", _TEXT_ID, primary_key=True),
+    sa.Column("key", _KEY, primary_key=True),
+    sa.Column("description", sa.String(160), nullable=False),
+    sa.Column("recorded_at", sa.Double(), nullable=False),
+)
+
 # The columns in Fact's field order: a row is Fact(*row).
 FACT_COLUMNS = tuple(facts.c[name] for name in FACT_FIELDS)
 IS_ACTIVE = sa.text(ACTIVE_SQL)
@@ -238,7 +250,7 @@ def _sqlite_engine(url: str, busy_timeout_s: float, pool_size: int) -> Engine:
 def create_schema(write_engine: Engine, backend: str) -> None:
     """Create what is missing (idempotent, safe when several stores start at once) and check
     that an existing ``facts`` table is ours."""
-    tables = [facts, fact_versions, recent_turns, extraction_queue, erasures]
+    tables = [facts, fact_versions, recent_turns, extraction_queue, erasures, fact_keys]
     if backend == "sqlite":
         tables.append(fact_locks)
     with write_engine.begin() as conn:
@@ -263,6 +275,7 @@ __all__ = [
     "create_schema",
     "engine_url",
     "extraction_queue",
+    "fact_keys",
     "fact_locks",
     "fact_versions",
     "facts",

@@ -1,0 +1,216 @@
+"""Which stored turn-pairs a new turn-pair supersedes: deterministic rules, no model call.
+
+A user who says "I changed my locker code, it's QT-8812 now." makes every older turn-pair that
+states or answers the old locker code stale: the statement "My locker code is ZX-4471." and the
+question-answer pair "What is my locker code? / Your locker code is ZX-4471.". A small model
+given both reads the older value about as often as the newer one, and model-made supersession
+decisions are worst exactly on small models (Zep's knowledge-update accuracy with gpt-4o-mini
+fell below full context), so this module decides without one. A new pair supersedes an older
+one when all of these hold:
+
+1. the new user turn is a statement, not a question, and carries a change cue ("changed",
+   "moved", "switched", "no longer", "now", "correction", "actually", ...: :data:`CUES`), and no
+   addition cue ("also", "another", "second", "too": a second pet is not a renamed pet);
+2. it states a value: a token shaped like a code or number, a time, a date, an amount of money
+   or a name (capitalised words inside a sentence) -- :func:`values`;
+3. the older pair mentions the new statement's subject: at least ``SUBJECT_SHARE`` of the
+   update's subject words (its stemmed content words, less cues, values and generic verbs such
+   as "is called") occur in the older pair, question and answer together;
+4. the older pair holds a value of the same kind (a date for a date, a name for a name) that
+   differs from every new value, and none of the new values (it is not already current).
+
+Nothing here writes: :func:`superseded_by` returns ids, and the store marks those rows
+(``superseded_by``, ``valid_until``) without deleting them. Measured against the replay trace's
+ground truth (which fact each request is about) in docs/BENCHMARKS.md, false supersessions
+included.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from memroute.text.tokenize import unigrams
+from memroute.types import Memory, RetrievalHit, TurnPair
+
+SUBJECT_SHARE = 0.75  # share of the update's subject words the older pair must mention
+
+# Change cues (normalised words or phrases) and the addition cues that veto them.
+CUES = frozenset("""changed change changes moved move switched switch renamed renaming rename
+    rescheduled relocated reissued updated update corrected correction actually instead
+    anymore now replaced replace wrong""".split())
+CUE_PHRASES = ("no longer", "from now on", "not anymore", "got it wrong", "change of plan")
+ADDITION_CUES = frozenset("also another second too additionally other".split())
+ADDITION_PHRASES = ("as well", "in addition")
+# Words that say how a value is related rather than what it is about; never a subject.
+GENERIC = frozenset("""name named call called is are was be got get have has had set go went
+    going ended end up heads note down know just so please thanks old new one ones work works
+    working it its thing things record keep forget let them they did done make made tell told
+    remind question quick sorry hey more checking wait right okay day date time""".split())
+_PHRASES_RE = re.compile("|".join(map(re.escape, (*CUE_PHRASES, *ADDITION_PHRASES))), re.I)
+_QUESTION_START = re.compile(
+    r"^\s*(?:[\w' ]{0,40}?[:,]\s*)?(?:what|when|where|who|whom|whose|which|why|how|is|are|do|does|"
+    r"did|can|could|would|will|should|remind me|tell me)\b", re.I)
+
+_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+          r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+_MONTHS_WORDS = frozenset("""january february march april may june july august september october
+    november december monday tuesday wednesday thursday friday saturday sunday""".split())
+# (kind, pattern); earlier kinds claim their span first.
+_VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("money", re.compile(r"[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmM]\b)?")),
+    ("date", re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b(?:,?\s+\d{{4}})?"
+                        rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}})?", re.I)),
+    ("time", re.compile(r"\b\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)(?!\w)"
+                        r"|\b\d{1,2}:\d{2}\b", re.I)),
+    ("code", re.compile(r"\b[\w-]*\d[\w-]*\b")),
+    # Capitalised words inside a sentence (not the first word of one): names, places, vendors.
+    ("name", re.compile(r"(?<=[\w,;:)] )[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")),
+)
+
+
+# Capitalised words that open a reply or a clause without naming anything.
+_NOT_NAMES = frozenset("""i q a noted yes no sure ok okay got thanks thank great sounds it its
+    your you the that this we our my an of cool nice lovely what done perfect understood alright
+    of course hello hi hey well so""".split())
+
+
+@dataclass(frozen=True)
+class Value:
+    kind: str  # money | date | time | code | name
+    norm: str  # lower-cased, spaces collapsed
+
+
+@dataclass(frozen=True)
+class Update:
+    """What a change statement says: its subject words and the values it states."""
+
+    subject: frozenset[str]
+    values: tuple[Value, ...]
+
+
+def values(text: str) -> tuple[tuple[Value, ...], str]:
+    """The value-shaped spans of ``text`` and the text with them cut out."""
+    found: list[Value] = []
+    rest = text
+    for kind, pattern in _VALUE_PATTERNS:
+        for m in pattern.finditer(rest):
+            span = m.group().strip()
+            if kind == "name":
+                span = " ".join(w for w in span.split() if w.lower() not in _MONTHS_WORDS)
+                if not span or span.split()[0].lower().strip("'") in _NOT_NAMES:
+                    continue
+            found.append(Value(kind, " ".join(span.lower().split())))
+        rest = pattern.sub(" ", rest)
+    return tuple(found), rest
+
+
+def _has(text: str, words: frozenset[str], phrases: Sequence[str]) -> bool:
+    low = " ".join(re.findall(r"[a-z']+", text.lower()))
+    return bool(words & set(low.split())) or any(p in low for p in phrases)
+
+
+def is_question(text: str) -> bool:
+    return text.rstrip().endswith("?") or bool(_QUESTION_START.match(text))
+
+
+def subject_words(text: str) -> frozenset[str]:
+    """Stemmed content words of ``text`` less cues and generic words (values cut out first)."""
+    _, rest = values(text)
+    rest = _PHRASES_RE.sub(" ", rest)
+    drop = _dropped_words()
+    return frozenset(w for w in unigrams(rest, stem=True) if w not in drop)
+
+
+def as_update(user_text: str) -> Update | None:
+    """The update ``user_text`` states, or None when it is no change statement (rules 1-2)."""
+    if is_question(user_text) or not _has(user_text, CUES, CUE_PHRASES):
+        return None
+    if _has(user_text, ADDITION_CUES, ADDITION_PHRASES):
+        return None
+    vals, _ = values(user_text)
+    subject = subject_words(user_text)
+    if not vals or not subject:
+        return None
+    return Update(subject, vals)
+
+
+def split_memory_text(text: str) -> tuple[str, str]:
+    """(question, answer) of a stored turn-pair's text ``[date] Q: ... / A: ...``."""
+    body = text.split("] ", 1)[1] if text.startswith("[") and "] " in text else text
+    body = body[3:] if body.startswith("Q: ") else body
+    question, _, answer = body.partition(" / A: ")
+    return question, answer
+
+
+def states_old_value(update: Update, memory_text: str) -> bool:
+    """Rules 3-4: the older pair is about the update's subject and holds a value it replaces."""
+    question, answer = split_memory_text(memory_text)
+    # "A: " so that a short answer's leading name ("Wombat.") counts as a name, as inside a sentence
+    whole = f"{question} A: {answer}"
+    words = set(unigrams(values(whole)[1], stem=True))
+    if len(update.subject & words) < SUBJECT_SHARE * len(update.subject):
+        return False
+    new = {v.norm for v in update.values}
+    kinds = {v.kind for v in update.values}
+    old = values(whole)[0]
+    if any(v.norm in new for v in old):
+        return False  # it already says the new value
+    return any(v.kind in kinds for v in old)
+
+
+def _order(m: Memory | TurnPair) -> tuple[int, float, int]:
+    return (int(m.session_time), float(m.created_at), int(m.turn_index))
+
+
+def superseded_by(new: TurnPair, older: Iterable[Memory]) -> list[int]:
+    """Ids of the current memories in ``older`` that ``new`` supersedes (oldest first)."""
+    update = as_update(new.user_text)
+    if update is None:
+        return []
+    key = _order(new)
+    hits = [m for m in older
+            if m.id != new.id and not m.superseded_by and m.user_id == new.user_id
+            and _order(m) < key and states_old_value(update, m.text)]
+    return [m.id for m in sorted(hits, key=_order)]
+
+
+@functools.cache
+def _dropped_words() -> frozenset[str]:
+    """Cues, addition cues and generic words, as written and stemmed (built on first use: the
+    stemmer loads then, not at import)."""
+    words = CUES | GENERIC | ADDITION_CUES
+    return words | frozenset(unigrams(" ".join(sorted(words)), stem=True))
+
+
+def marks_for(new_pairs: Sequence[TurnPair], memories: Iterable[Memory]) -> dict[int, tuple[int, int]]:
+    """``{superseded id: (superseding id, valid_until)}`` for ``new_pairs`` (one user's, any
+    order) against ``memories`` (that user's, the new pairs may be among them): each update in
+    time order, so a value changed twice ends superseded by the first change and the first
+    change by the second."""
+    current = {m.id: m for m in memories}
+    marks: dict[int, tuple[int, int]] = {}
+    for pair in sorted(new_pairs, key=_order):
+        for old_id in superseded_by(pair, current.values()):
+            marks[old_id] = (pair.id, int(pair.session_time))
+            current.pop(old_id)
+    return marks
+
+
+POLICIES = ("exclude", "rank_below")
+
+
+def apply_policy(hits: list[RetrievalHit], marks: Mapping[int, tuple[int, int]] | None = None,
+                 policy: str = "exclude") -> list[RetrievalHit]:
+    """``hits`` with superseded memories (marked in the store, or in ``marks``) dropped
+    (``exclude``) or moved below every current one, marked (``rank_below``)."""
+    marks = marks or {}
+    current, stale = [], []
+    for h in hits:
+        if h.memory.id in marks and not h.memory.superseded_by:
+            by, until = marks[h.memory.id]
+            h = replace(h, memory=replace(h.memory, superseded_by=by, valid_until=until))
+        (stale if h.memory.superseded_by else current).append(h)
+    return current if policy == "exclude" else current + stale

@@ -1,0 +1,66 @@
+"""A served app whose config names a calibrator artifact routes by it (the serving core over
+in-process mock tiers, as the ingress calls it); a missing artifact stops it at start-up."""
+
+from __future__ import annotations
+
+import pytest
+
+from memroute.config.schema import ModelConfig, RouterConfig
+from memroute.errors import ConfigError
+from memroute.routing.calibrator import Calibrator
+from memroute.routing.confidence_features import FEATURES
+
+from .fakes import call_like_ingress, serving_core
+
+# The small tier is always sure of itself (c = 0.98 >= tau 0.5); it knows the locker code from
+# memory but makes up the bike code.
+SMALL = ModelConfig(name="mock-small", engine="mock", params_b=0.5, engine_args={
+    "logprob": -0.05, "answer": "Noted.",
+    "rules": [{"match": "(?i)locker code\\?", "answer": "ZX-4471"},
+              {"match": "(?i)bike code\\?", "answer": "7731"}]})
+LARGE = ModelConfig(name="mock-large", engine="mock", params_b=8.0,
+                    engine_args={"answer": "Large answer.", "logprob": -0.01})
+
+
+def memory_calibrator() -> Calibrator:
+    """P(correct) ~ 1 when the answer is read from an injected memory, ~ 0 otherwise."""
+    n = len(FEATURES)
+    coef = [0.0] * n
+    coef[FEATURES.index("value_in_memory")] = 10.0
+    return Calibrator(FEATURES, (0.0,) * n, (1.0,) * n, tuple(coef), -5.0, 0.5)
+
+
+def ask(core, text):
+    body = {"model": "memroute", "user": "alice", "messages": [{"role": "user", "content": text}]}
+    resp = call_like_ingress(core, body)
+    assert resp.status == 200, resp.body
+    return resp.body["memroute"]
+
+
+def tiers_answering(core):
+    ask(core, "My locker code is ZX-4471.")
+    return [ask(core, q)["tier"] for q in ("What is my locker code?", "What is my bike code?")]
+
+
+def test_a_served_app_with_a_calibrator_artifact_routes_by_it(tmp_path, monkeypatch):
+    path = memory_calibrator().save(tmp_path / "calibrator.json")
+    core = serving_core(tmp_path / "with", monkeypatch, SMALL, LARGE, api_keys={"sk-a": "acme"},
+                        router=RouterConfig(tau=0.5, max_tokens=24, calibrator=str(path)))
+    try:
+        assert core.router.calibrator == memory_calibrator()
+        # the made-up bike code escalates, the code read from memory stays on the small tier
+        assert tiers_answering(core) == [0, 1]
+    finally:
+        core.close()
+    plain = serving_core(tmp_path / "without", monkeypatch, SMALL, LARGE, api_keys={"sk-a": "acme"})
+    try:
+        assert tiers_answering(plain) == [0, 0]  # by log-prob alone both are accepted
+    finally:
+        plain.close()
+
+
+def test_a_missing_artifact_is_a_startup_error_naming_the_field(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="no calibrator artifact") as e:
+        serving_core(tmp_path, monkeypatch, SMALL, LARGE, api_keys={"sk-a": "acme"},
+                     router=RouterConfig(calibrator=str(tmp_path / "missing.json")))
+    assert e.value.field == "router.calibrator"

@@ -1,0 +1,92 @@
+"""The supersession rules (memroute.memory.supersession): what a change statement replaces."""
+
+from __future__ import annotations
+
+import pytest
+
+from memroute.memory.supersession import (
+    apply_policy,
+    as_update,
+    marks_for,
+    superseded_by,
+    values,
+)
+from memroute.types import RetrievalHit, TurnPair, memory_of
+
+T0 = 1_780_000_000
+U = "alice"
+
+
+def pair(i: int, user: str, answer: str = "Noted.", *, uid: str = U) -> TurnPair:
+    return TurnPair(uid, f"s{i}", 0, user, answer, T0 + 3600 * i)
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("My locker code is ZX-4471.", "code"),
+    ("The standup moved to 9:15 am.", "time"),
+    ("My dentist appointment is on 12 June 2027.", "date"),
+    ("We set the travel budget at $20,500.", "money"),
+    ("We went with Northwind as our caterer.", "name"),
+])
+def test_value_kinds(text, kind):
+    assert kind in {v.kind for v in values(text)[0]}
+
+
+@pytest.mark.parametrize("text", [
+    "What is my locker code now?",                 # a question
+    "Quick question: has my locker code changed?",  # a question behind a prefix
+    "My locker code is ZX-4471.",                  # no change cue
+    "We also got a parrot now, Dumpling.",         # an addition, not a change
+    "I changed my mind about it.",                 # no value
+])
+def test_not_an_update(text):
+    assert as_update(text) is None
+
+
+def test_an_update_supersedes_the_statement_and_the_answers_that_hold_the_old_value():
+    old = [
+        pair(0, "My locker code is ZX-4471."),
+        pair(1, "What is my locker code?", "Your locker code is ZX-4471."),
+        pair(2, "My bike lock code is QQ-1111."),               # another subject
+        pair(3, "When is my dentist appointment?", "On 3 May."),  # another subject and kind
+    ]
+    new = pair(4, "I changed my locker code, it's QT-8812 now.")
+    got = superseded_by(new, [memory_of(p) for p in old])
+    assert got == [old[0].id, old[1].id]
+
+
+def test_two_pets_stay_two_pets():
+    rabbit = pair(0, "Our rabbit is called Wombat.")
+    parrot = pair(1, "We adopted a parrot now, and named it Dumpling.")
+    assert superseded_by(parrot, [memory_of(rabbit)]) == []
+    # ...while renaming the rabbit replaces the rabbit's name only
+    rename = pair(2, "We ended up renaming our rabbit to Clover.")
+    assert superseded_by(rename, [memory_of(rabbit), memory_of(parrot)]) == [rabbit.id]
+
+
+def test_a_newer_pair_is_never_superseded_and_marks_chain_in_time_order():
+    first = pair(0, "My locker code is ZX-4471.")
+    second = pair(1, "I changed my locker code, it's QT-8812 now.")
+    third = pair(2, "New locker code: LM-5555. The old one no longer works.")
+    later_statement = pair(3, "My locker code is AB-1234.")
+    mems = [memory_of(p) for p in (first, second, third, later_statement)]
+    marks = marks_for([third, second], mems)  # given out of order
+    assert marks == {first.id: (second.id, second.session_time),
+                     second.id: (third.id, third.session_time)}
+    assert later_statement.id not in marks
+
+
+def test_the_old_pair_already_saying_the_new_value_stays():
+    old = pair(0, "Is my locker code QT-8812?", "Yes, your locker code is QT-8812.")
+    new = pair(1, "I changed my locker code, it's QT-8812 now.")
+    assert superseded_by(new, [memory_of(old)]) == []
+
+
+def test_policy_excludes_or_ranks_below():
+    a, b, c = (memory_of(pair(i, f"note {i}")) for i in range(3))
+    hits = [RetrievalHit(a, 0.9), RetrievalHit(b, 0.8), RetrievalHit(c, 0.7)]
+    marks = {a.id: (c.id, c.session_time)}
+    assert [h.memory.id for h in apply_policy(hits, marks)] == [b.id, c.id]
+    below = apply_policy(hits, marks, "rank_below")
+    assert [h.memory.id for h in below] == [b.id, c.id, a.id]
+    assert below[-1].memory.superseded_by == c.id
