@@ -9,9 +9,13 @@ on a job (Hydra's debug switch: jobs/cli.py), or ``MEMROUTE_THIRD_PARTY_LOGS=1``
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import logging
 import os
 import warnings
+from typing import Iterator
 
 # logger -> level. grpc._server: Milvus Lite's in-process server logs pymilvus' AllocTimestamp
 # probe (a method Lite does not implement) as an ERROR on every connect; it is harmless.
@@ -32,8 +36,56 @@ QUIET_ENV = {
 }
 
 
+def _verbose() -> bool:
+    return os.environ.get("MEMROUTE_THIRD_PARTY_LOGS") == "1"
+
+
+# Modules of transformers that draw a tqdm bar of their own (not transformers.utils.logging's, so
+# disable_progress_bar() leaves it on): the legacy GGUF loader's "Converting and de-quantizing".
+_OWN_TQDM = ("transformers.modeling_gguf_pytorch_utils",)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' warnings and progress bars off for the calls inside (an asset conversion,
+    which prints memroute's own progress lines instead); its verbosity and bars are as they were
+    afterwards, whatever happened inside. ``MEMROUTE_THIRD_PARTY_LOGS=1`` leaves them on."""
+    if _verbose():
+        yield
+        return
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hub_bars = not hub_utils.are_progress_bars_disabled()
+    patched: list[tuple[object, object]] = []
+    for name in _OWN_TQDM:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # another transformers layout: nothing of that name to silence
+            continue
+        bar = getattr(module, "tqdm", None)
+        if bar is not None:
+            patched.append((module, bar))
+            setattr(module, "tqdm", functools.partial(bar, disable=True))
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for module, bar in patched:
+            setattr(module, "tqdm", bar)
+        hf_logging.set_verbosity(level)
+        if bars:  # turns huggingface_hub's on too (or warns that its env var keeps them off)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                hf_logging.enable_progress_bar()
+        (hub_utils.enable_progress_bars if hub_bars else hub_utils.disable_progress_bars)()
+
+
 def quiet_third_party_logs() -> None:
-    if os.environ.get("MEMROUTE_THIRD_PARTY_LOGS") == "1":
+    if _verbose():
         return
     for name, level in QUIET.items():
         logging.getLogger(name).setLevel(level)

@@ -60,6 +60,10 @@ Batch = dict[str, np.ndarray]
 
 # Columns the embedding actors get when the driver writes (it keeps the pairs themselves).
 SLIM_FIELDS = ("id", "text")
+# A writer actor whose process dies is restarted, and the blocks it held are retried on it, this
+# many times (Ray Data's default is forever: a block that kills its writer would never end the
+# job). The restarted writer upserts (WriteBatch), so a retry stores no pair twice.
+WRITER_RESTARTS = 3
 
 
 class EmbedBatch:
@@ -102,12 +106,24 @@ class EmbedBatch:
 
 class WriteBatch:
     """``map_batches`` callable class for Milvus servers: each actor holds one client and
-    returns one row of counts per batch it wrote."""
+    returns one row of counts per batch it wrote.
+
+    A writer whose process died is restarted by Ray (:data:`WRITER_RESTARTS`), which retries
+    the blocks it held on the new process: one of them may be half stored already. A restarted
+    writer therefore upserts every block it gets (``known_new`` off), so a retried block stores
+    each pair once; the plan's inserts are for writers that never died.
+    """
 
     def __init__(self, memory: MemoryConfig, dim: int, batch_size: int, known_new: bool) -> None:
+        import ray
+
         self.store = build.store(memory, dim)
         self.batch_size = batch_size
-        self.known_new = known_new
+        restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        if restarted and known_new:
+            log.warning("ingest writer restarted after its process died: it upserts its blocks "
+                        "(a retried block may be stored in part)")
+        self.known_new = known_new and not restarted
 
     def __call__(self, batch: Batch) -> Batch:
         pairs, out = batch_to_pairs(batch), WriteOutcome()
@@ -294,6 +310,8 @@ def _write_stream(
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=cfg.write.concurrency),
         num_cpus=cfg.write.num_cpus,
+        max_restarts=WRITER_RESTARTS,
+        max_task_retries=WRITER_RESTARTS,
     )
     for batch in counts.iter_batches(batch_size=None, batch_format="numpy"):
         for written, errors, messages in zip(batch["written"], batch["errors"], batch["messages"]):

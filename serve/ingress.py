@@ -195,16 +195,28 @@ class RouterIngress:
     # -- the fact layer: the caller's tenant, ?user= (or the body's "user") names the user -----
 
     async def _memory_call(self, request: Request, call: Any, *args: Any,
-                           user: str | None = None) -> Response:
+                           read_body: bool = False, parse: Any = None) -> Response:
+        """Admit (the key, then the tenant's rate limits) before anything else: the body is
+        read, and the path parsed, only for a caller who may send them. ``read_body``: the
+        JSON body is ``call``'s first argument and its ``"user"`` names the user (else
+        ``?user=``); ``parse``: turns the path's parameters into ``call``'s arguments."""
         try:
             tenant = self.core.admit(request.headers.get("authorization"))
+            if parse is not None:
+                args = (*parse(), *args)
+            user = None
+            if read_body:
+                body = await self._json_body(request)
+                named = body.get("user") if isinstance(body, dict) else None
+                user = named if isinstance(named, str) else None
+                args = (body, *args)
             user_id = self.core.api.namespace_of(tenant, user or request.query_params.get("user"))
-            body = await asyncio.to_thread(call, user_id, *args)
+            out = await asyncio.to_thread(call, user_id, *args)
         except Exception as exc:  # noqa: BLE001
             return _http(self.core.error(exc))
-        if isinstance(body, bytes):  # encoded already (session start: memory_api)
-            return Response(body, media_type="application/json")
-        return JSONResponse(body)
+        if isinstance(out, bytes):  # encoded already (session start: memory_api)
+            return Response(out, media_type="application/json")
+        return JSONResponse(out)
 
     @app.get("/v1/memory/session-start")
     async def session_start(self, request: Request) -> Response:
@@ -220,13 +232,7 @@ class RouterIngress:
     @app.post("/v1/memory/facts")
     async def assert_fact(self, request: Request) -> Response:
         """State a fact (``{"user", "key", "value", ...}``): the key's old value is superseded."""
-        try:
-            body = await self._json_body(request)
-        except Exception as exc:  # noqa: BLE001
-            return _http(self.core.error(exc))
-        user = body.get("user") if isinstance(body, dict) else None
-        return await self._memory_call(request, self.core.assert_fact, body,
-                                       user=user if isinstance(user, str) else None)
+        return await self._memory_call(request, self.core.assert_fact, read_body=True)
 
     @app.get("/v1/memory/turns")
     async def turn_timeline(self, request: Request) -> Response:
@@ -237,35 +243,21 @@ class RouterIngress:
     async def append_turns(self, request: Request) -> Response:
         """Remember turn-pairs answered elsewhere (``{"user", "turns": [{user, assistant}]}``):
         acknowledged after the journal's fsync; embedded and stored in the background."""
-        try:
-            body = await self._json_body(request)
-        except Exception as exc:  # noqa: BLE001
-            return _http(self.core.error(exc))
-        user = body.get("user") if isinstance(body, dict) else None
-        return await self._memory_call(request, self.core.append_turns, body,
-                                       user=user if isinstance(user, str) else None)
+        return await self._memory_call(request, self.core.append_turns, read_body=True)
 
     @app.post("/v1/memory/search")
     async def search_memory(self, request: Request) -> Response:
         """Search the user's facts, atomic units and turn-pairs (``{"user", "query", "top_k"}``):
         one ranking with a confidence; below ``search.fallback_below`` a keyword fallback over
         the raw turns, scored below every real match."""
-        try:
-            body = await self._json_body(request)
-        except Exception as exc:  # noqa: BLE001
-            return _http(self.core.error(exc))
-        user = body.get("user") if isinstance(body, dict) else None
-        return await self._memory_call(request, self.core.memory_api.search_memory, body,
-                                       user=user if isinstance(user, str) else None)
+        return await self._memory_call(request, self.core.memory_api.search_memory,
+                                       read_body=True)
 
     @app.post("/v1/memory/facts/{fact}/retract")
     async def retract_fact(self, fact: str, request: Request) -> Response:
         """Retract one fact (kept, status ``retracted``) of ``?user=``."""
-        try:
-            fid = fact_id(fact)
-        except Exception as exc:  # noqa: BLE001
-            return _http(self.core.error(exc))
-        return await self._memory_call(request, self.core.retract_fact, fid)
+        return await self._memory_call(request, self.core.retract_fact,
+                                       parse=lambda: (fact_id(fact),))
 
     @app.get("/healthz")
     async def healthz(self) -> Response:

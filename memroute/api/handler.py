@@ -311,9 +311,9 @@ class ChatApi:
         return ApiResponse(status, JSON, headers, body=body)
 
     def models(self, authorization: str | None) -> ApiResponse:
-        """``GET /v1/models`` (authenticated, as OpenAI's is)."""
+        """``GET /v1/models`` (authenticated and rate-limited, as every endpoint is)."""
         try:
-            self.keys.authenticate(authorization)
+            self.admit(authorization)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error response
             return self.error(exc)
         return ApiResponse(200, JSON, body=models_list([*self.cfg.models,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from memroute.errors import AssetError
+from memroute.logs import quiet_transformers
 from memroute.assets.files import fsync_tree, swap_in_dir
 from memroute.assets.specs import AssetSpec
 
@@ -80,13 +81,30 @@ def convert_gguf(spec: AssetSpec, gguf: Path, out: Path) -> None:
     vLLM on CPU cannot read GGUF. Clearing the quantizer and ``quantization_config`` makes
     the saved folder a plain bf16 checkpoint rather than one that claims to be GGUF.
     """
+    from transformers import AutoTokenizer
+
+    # transformers' warnings and bars off: build_converted prints memroute's progress lines.
+    with quiet_transformers():
+        _convert_gguf(gguf, out)
+        template = AutoTokenizer.from_pretrained(out).chat_template
+    if not template:
+        raise AssetError(
+            f"Asset '{spec.name}': the converted tokenizer lost its chat template"
+        )
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
     import gc
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
+    # dequantize=True: every weight unpacked into a dense bf16 tensor, the checkpoint vLLM reads.
+    # Without it transformers keeps the blocks packed where it has a kernel for them (and warns,
+    # where it has none, that float32 would load packed weights faster: not what is built here).
     model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
+        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16,
+        quantization_config=GgufConfig(dequantize=True),
     )
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -99,10 +117,6 @@ def convert_gguf(spec: AssetSpec, gguf: Path, out: Path) -> None:
     if not tok.chat_template:
         tok.chat_template = _gguf_chat_template(gguf)
     tok.save_pretrained(out)
-    if not AutoTokenizer.from_pretrained(out).chat_template:
-        raise AssetError(
-            f"Asset '{spec.name}': the converted tokenizer lost its chat template"
-        )
 
 
 def _transformers_version() -> str | None:

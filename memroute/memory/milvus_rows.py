@@ -1,5 +1,6 @@
 """Small helpers of the Milvus store: row -> Memory, value checks, the tenant-prefix scan filter,
-delete results, and a context that quiets pymilvus' logging of expected failures."""
+delete results, the client's gRPC options, and a context that quiets pymilvus' logging of
+expected failures."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from memroute.config.schema import is_server_uri
 from memroute.errors import BackendUnavailable, ConfigError, InvalidRequest
 from memroute.namespace import SEPARATOR, validate_tenant
 from memroute.text.clip import clip_utf8, shorten_middle
@@ -22,6 +24,25 @@ MAX_TEXT = 8192
 MAX_USER_ID = 128
 MAX_SESSION_ID = 256
 MAX_SOURCE_MODEL = 256
+
+# gRPC's "never" for a keepalive interval (INT_MAX ms).
+NO_KEEPALIVE_MS = 2**31 - 1
+# The client of a Milvus Lite file. pymilvus pings every 10 s, between calls too; Lite's
+# in-process server is grpcio's with its defaults, which allow a ping only every 5 min during
+# calls and none between them (2 h), and answer the third early ping with GOAWAY
+# "too_many_pings" (grpc prints it as an error line; the client then doubles its interval). A
+# loopback connection to a server in the same process has no dead peer to detect: no pings.
+LITE_GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": NO_KEEPALIVE_MS,
+    "grpc.keepalive_permit_without_calls": 0,
+}
+
+
+def client_options(uri: str) -> dict[str, Any]:
+    """Keyword arguments of ``MilvusClient`` for ``uri`` beyond the address and token: a Lite
+    file's keepalive (:data:`LITE_GRPC_OPTIONS`); a server keeps pymilvus' 10 s pings, which
+    Milvus servers permit and which find a dead connection behind a load balancer."""
+    return {} if is_server_uri(uri) else {"grpc_options": dict(LITE_GRPC_OPTIONS)}
 
 
 def turn_pair_schema(dim: int, text_params: dict[str, Any]) -> Any:

@@ -20,8 +20,8 @@ from memroute.memory import filters, milvus_fulltext
 from memroute.memory.base import UserRows
 from memroute.memory.milvus_builds import upsert_keeps_partition_key
 from memroute.memory.milvus_rows import MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT  # noqa: F401 - re-exported
-from memroute.memory.milvus_rows import (ReadBreaker, delete_count, query_pages, read_consistency,
-                                         reloading, tenant_scan_filter,
+from memroute.memory.milvus_rows import (ReadBreaker, client_options, delete_count, query_pages,
+                                         read_consistency, reloading, tenant_scan_filter,
                                          turn_pair_schema)
 from memroute.memory.milvus_rows import check_varchar as _check_varchar
 from memroute.memory.milvus_rows import is_int as _is_int
@@ -121,7 +121,8 @@ class MilvusMemoryStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.uri = str(path)
         try:
-            return MilvusClient(uri=self.uri, token=cfg.token, timeout=cfg.timeout_s)
+            return MilvusClient(uri=self.uri, token=cfg.token, timeout=cfg.timeout_s,
+                                **client_options(self.uri))
         except MilvusException as exc:
             hint = (
                 ""

@@ -9,9 +9,9 @@ Three request forms, chosen by the store (``mode``):
   build, and on a 2.3 server the only form that keeps a bulk load going: a delete that spans many
   users makes the server seal and index small segments, and 1M rows over 1,000 users fell from
   2,500 to 150-240 rows/s (docs/BENCHMARKS.md). An id inserted twice would be stored twice, so
-  only a caller that looked the ids up may ask for it. Known gap: Ray Data retries a writer
-  actor's block on the restarted actor, so a block half written when its actor died is inserted
-  again; the restarted actor should upsert instead (``was_current_actor_reconstructed``).
+  only a caller that looked the ids up may ask for it. A bulk ingest's writer actor that Ray
+  restarted (``was_current_actor_reconstructed``) gets the block it held again, perhaps half
+  written: it upserts instead (``pipelines.ingest.WriteBatch``).
 """
 
 from __future__ import annotations

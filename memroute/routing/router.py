@@ -254,8 +254,10 @@ class Router:
         return [None] * len(pairs)
 
     def _budget(self, tier_index: int) -> int:
-        probing = tier_index == 0 and len(self.tiers) > 1
-        return self.retrieval.probe_token_budget if probing else self.retrieval.token_budget
+        """The first (cheapest) tier reads probe_token_budget of memory whether or not a tier
+        follows it, so the cascade's probe sees exactly what that model sees alone (the
+        memory-only condition); escalations read token_budget."""
+        return self.retrieval.probe_token_budget if tier_index == 0 else self.retrieval.token_budget
 
     def _decoding(self, t: int, req: RouteRequest) -> Decoding:
         probing = t < len(self.tiers) - 1 and req.tier is None

@@ -242,6 +242,64 @@ def test_server_uri_writer_actor_pool_isolates_a_refused_row(ray_local, tmp_path
         assert store.count(pairs[0].user_id) == per_user[pairs[0].user_id] + 2
 
 
+@pytest.mark.parametrize(("restarted", "known_new", "inserts"),
+                         [(False, True, True), (True, True, False), (True, False, False)])
+def test_a_restarted_writer_upserts_without_ray(monkeypatch, restarted, known_new, inserts):
+    """What the writer decides at start: the plan's inserts only in a process that never died."""
+    from types import SimpleNamespace
+
+    import ray
+
+    import pipelines.ingest as ingest
+    from memroute import build
+
+    monkeypatch.setattr(build, "store", lambda memory, dim: object())
+    monkeypatch.setattr(ray, "get_runtime_context",
+                        lambda: SimpleNamespace(was_current_actor_reconstructed=restarted))
+    writer = ingest.WriteBatch(MemoryConfig(uri="http://127.0.0.1:19530"), 4, 8, known_new)
+    assert writer.known_new is inserts
+
+
+def test_a_writer_killed_mid_block_stores_every_pair_once(ray_local, tmp_path, milvus_server,
+                                                          monkeypatch):
+    """A writer actor's process dies after inserting half of its first block: Ray restarts it
+    and retries the block there, and the restarted writer upserts, so the half already stored
+    is not inserted again (a 2.3 server, where the plan's pairs are otherwise inserted)."""
+    import pipelines.ingest as ingest
+
+    died = tmp_path / "writer-died"
+
+    class DiesOnce(ingest.WriteBatch):
+        """Writes the first half of the first block it gets, then its process exits; once
+        (the marker file), so the restarted writer lives."""
+
+        def __call__(self, batch):
+            try:
+                os.close(os.open(died, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return super().__call__(batch)
+            half = {k: v[: len(v) // 2] for k, v in batch.items()}
+            assert int(super().__call__(half)["written"][0]) > 0  # acknowledged by the server
+            os._exit(1)
+
+    monkeypatch.setattr(ingest, "WriteBatch", DiesOnce)  # pickled by value for the actors
+    cfg = ingest_cfg(tmp_path, DatasetConfig(name="longmemeval", size="small", limit=3),
+                     uri=milvus_server.uri, collection=collection_name("killed"))
+    cfg.embed.concurrency, cfg.embed.batch_size, cfg.num_blocks = 1, 16, 6
+    cfg.write.concurrency, cfg.write.batch_size = 2, 8
+    pairs = dataset_turn_pairs(cfg.dataset, Path(cfg.work_dir))
+    summary = ingest.ingest_pairs(pairs, cfg)
+    assert died.exists()  # a writer did die mid-block
+    assert (summary.read, summary.written, summary.errors) == (len(pairs), len(pairs), 0)
+    with MilvusMemoryStore(cfg.memory, 384) as store:
+        assert store.count() == len(pairs)  # counts every stored row, a repeated id twice
+        per_user = Counter(p.user_id for p in pairs)
+        assert {u: store.count(u) for u in per_user} == dict(per_user)
+        for user in per_user:
+            ids = [p.id for p in pairs if p.user_id == user]
+            assert store.existing_ids(user, ids) == set(ids)
+
+
 def _run_job(tmp: Path, *overrides: str) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "jobs.ingest", f"memory.uri={tmp / 'milvus.db'}",

@@ -262,11 +262,8 @@ def test_router_with_two_mock_tiers_escalates_exactly_when_a_rule_says_so():
     assert easy.decision.confidences == [pytest.approx(1 - 0.1 / 3)]
     call = easy.calls[0]
     assert call.injected_tokens > 0
-    assert call.base_prompt_tokens + call.injected_tokens == small.count_tokens(
-        build_messages(
-            RouterConfig().system_prompt, "what is my dog called?", easy.decision.memories
-        )
-    )
+    assert call.base_prompt_tokens + call.injected_tokens == small.count_tokens(easy.messages)
+    assert "Today is" in easy.messages[0].content  # the memory block as the router lays it out
 
     hard = router.route("bob", "Why is the sky blue?")
     assert hard.decision.escalated and hard.decision.answered_model == "mock-large"

@@ -201,3 +201,21 @@ def test_an_unreadable_fact_store_degrades_the_member_when_isolating():
     assert "Rex" in small.prompts[0][0].content  # the turn-pairs still came
     with pytest.raises(RuntimeError, match="fact store down"):
         router.route("alice", "dog?")
+
+
+def test_the_small_model_reads_the_probe_budget_alone_or_in_the_cascade():
+    """memory-only (the small tier alone) and the cascade's probe see the same memories, so the
+    compound condition differs from memory-only by its escalations only."""
+    def prompt_of(tiers):
+        retriever = FakeRetriever()
+        retriever.remember([TurnPair("alice", "s1", i, f"note {i}: " + "word " * 12, "ok", FACT_T0 + i)
+                            for i in range(6)])
+        router = Router(tiers, RouterConfig(tau=0.0, store_answers=False),
+                        RetrievalConfig(top_k=6, probe_token_budget=40, token_budget=400), retriever)
+        router.route("alice", "what are my notes?")
+        return tiers[0].backend.prompts[-1][0].content
+
+    alone = prompt_of([Tier("small", FakeBackend("small", answer="x", logprob=-0.1), Pricing(0.5))])
+    cascade = prompt_of([Tier("small", FakeBackend("small", answer="x", logprob=-0.1), Pricing(0.5)),
+                         Tier("large", FakeBackend("large", answer="y"), Pricing(1.5))])
+    assert alone == cascade and alone.count("note ") < 6
