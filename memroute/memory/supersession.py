@@ -199,6 +199,38 @@ def marks_for(new_pairs: Sequence[TurnPair], memories: Iterable[Memory]) -> dict
     return marks
 
 
+def restated_marks(new_pairs: Sequence[TurnPair], memories: Iterable[Memory]) -> dict[int, tuple[int, int]]:
+    """Marks for new pairs that restate a value an earlier update already replaced: an answer
+    given after "my best friend moved to Lisbon" that still says Innsbruck is as stale as the
+    pairs the update superseded, so it is born superseded by that update (``valid_until`` its
+    own time). ``memories``: the user's, with their marks."""
+    mems = {m.id: m for m in memories}
+    updates = []
+    for by in {m.superseded_by for m in mems.values() if m.superseded_by}:
+        if by in mems and (update := as_update(split_memory_text(mems[by].text)[0])):
+            updates.append((mems[by], update))
+    marks: dict[int, tuple[int, int]] = {}
+    for pair in new_pairs:
+        if as_update(pair.user_text) is not None:
+            continue
+        for memory, update in sorted(updates, key=lambda mu: _order(mu[0]), reverse=True):
+            if _order(memory) < _order(pair) and states_old_value(update, pair.text()):
+                marks[pair.id] = (memory.id, int(pair.session_time))
+                break
+    return marks
+
+
+def contradicts_itself(question: str, answer: str) -> bool:
+    """A change statement whose reply states another value of the same kind (a small model
+    answering "My best friend moved again, to Lisbon" with "Innsbruck"): the user is the
+    authority on their own facts, so such a reply is not shown with the statement."""
+    update = as_update(question)
+    if update is None:
+        return False
+    new, kinds = {v.norm for v in update.values}, {v.kind for v in update.values}
+    return any(v.kind in kinds and v.norm not in new for v in values(f"A: {answer}")[0])
+
+
 POLICIES = ("exclude", "rank_below")
 
 

@@ -316,6 +316,11 @@ class BM25Cache:
             hot = UserVectors.of(memories, vectors)
         return MemoryIndex(index, {m.id: m for m in memories}, hot)
 
+    def peek(self, user_id: str) -> MemoryIndex | None:
+        """The cached entry of ``user_id``, or None, without loading it (no LRU bump)."""
+        with self._lock:
+            return self._entries.get(user_id)
+
     def extend(self, memories: Iterable[Memory], vectors: np.ndarray | None = None) -> None:
         """Add freshly written memories to the users' cached indexes (a rebuild from the cached
         rows, ~60 ms for 1,000 memories) instead of dropping them: re-reading a user's rows from

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,7 +26,8 @@ from memroute.config.schema import RetrievalConfig
 from memroute.embedding.base import Encoder
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
-from memroute.memory.supersession import POLICIES, apply_policy, as_update, marks_for
+from memroute.memory.supersession import (POLICIES, apply_policy, as_update, marks_for,
+                                          restated_marks)
 from memroute.namespace import validate_tenant
 from memroute.retrieval.bm25 import BM25Cache, LazyOverlap
 from memroute.retrieval.context import add_session_context, focus_query
@@ -142,22 +144,31 @@ class HybridRetriever:
         return written
 
     def supersede(self, pairs: Sequence[TurnPair]) -> int:
-        """Mark the stored pairs that ``pairs`` (just written) supersede; returns how many.
-        Only change statements are checked against the user's memories, so most writes cost
-        one regex pass per pair."""
-        updates: dict[str, list[TurnPair]] = {}
+        """Mark the stored pairs that ``pairs`` (just written) supersede, and new pairs that
+        restate a value an earlier update replaced (``restated_marks``); returns how many.
+        Change statements are checked against the user's BM25 candidates; other pairs only
+        against the updates that superseded something, in a cached user."""
+        by_user: dict[str, list[TurnPair]] = {}
         for p in pairs:
-            if as_update(p.user_text) is not None:
-                updates.setdefault(p.user_id, []).append(p)
+            by_user.setdefault(p.user_id, []).append(p)
         marked = 0
-        for uid, news in updates.items():
-            entry = self.bm25.get(uid)
+        for uid, news in by_user.items():
+            updates = [p for p in news if as_update(p.user_text) is not None]
+            # Restated old values are looked for only in a cached user (one just served): a
+            # plain write never loads a user's whole history.
+            entry = self.bm25.get(uid) if updates else self.bm25.peek(uid)
+            if entry is None:
+                continue
             # Candidates: the user's memories BM25 finds for each update (an older pair must
             # share most of its subject words), so a long history is not scanned whole.
-            pool = {m.id: m for p in news
+            pool = {m.id: m for p in updates
                     for m, _ in entry.search(p.user_text, SUPERSEDE_POOL)}
-            pool.update((p.id, entry.memories[p.id]) for p in news if p.id in entry.memories)
-            marks = marks_for(news, pool.values())
+            pool.update((p.id, entry.memories[p.id]) for p in updates if p.id in entry.memories)
+            marks = marks_for(updates, pool.values())
+            if marks or any(m.superseded_by for m in entry.memories.values()):
+                current = [replace(m, superseded_by=marks[m.id][0]) if m.id in marks else m
+                           for m in entry.memories.values()]
+                marks.update(restated_marks(news, current))
             if marks:
                 marked += self.store.mark_superseded(uid, marks)  # type: ignore[attr-defined]
                 self.bm25.invalidate(uid)  # the cached copies lack the marks

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from memroute.config.schema import RouterConfig
 from memroute.errors import ConfigError
-from memroute.memory.supersession import split_memory_text
+from memroute.memory.supersession import contradicts_itself, split_memory_text
 from memroute.types import Message, RetrievalHit, format_session_date
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
@@ -59,10 +59,14 @@ def memory_layout(cfg: RouterConfig) -> MemoryLayout:
 
 
 def memory_line(hit: RetrievalHit, dates: bool = True) -> str:
-    if dates:
-        return f"- {hit.memory.text}"
-    question, answer = split_memory_text(hit.memory.text)
-    return f"- Q: {question} / A: {answer}"
+    """One memory: ``[date] Q: ... / A: ...``; a change statement whose reply contradicts it
+    is shown without the reply (``supersession.contradicts_itself``)."""
+    text = hit.memory.text
+    question, answer = split_memory_text(text)
+    if contradicts_itself(question, answer):
+        date = text[: text.index("] ") + 2] if text.startswith("[") and "] " in text else ""
+        return f"- {date if dates else ''}Q: {question}"
+    return f"- {text}" if dates else f"- Q: {question} / A: {answer}"
 
 
 def select_within_budget(

@@ -100,3 +100,15 @@ def test_pending_pairs_follow_the_same_rule(store, encoder, tmp_path):
     assert any("LM-5555" in t for t in got)
     assert not any("QT-8812" in t or "ZX-4471" in t for t in got)  # pending over pending too
     journal.close()
+
+
+def test_an_answer_given_after_the_update_with_the_old_value_is_never_retrieved(store, encoder):
+    r = HybridRetriever(encoder, store, RetrievalConfig(top_k=8, candidate_k=50))
+    r.remember(HISTORY)
+    r.retrieve(U, "What is my locker code?")  # the user is served, so cached
+    r.remember([UPDATE])
+    r.retrieve(U, "What is my locker code?")
+    parrot = pair(30, "What is my locker code?", "Your locker code is ZX-4471.")  # a stale reply
+    r.remember([parrot])
+    assert {m.id: m for m in store.list_user(U)}[parrot.id].superseded_by == UPDATE.id
+    assert not any("ZX-4471" in t for t in texts(r.retrieve(U, "my locker code")))

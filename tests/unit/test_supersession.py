@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from memroute.memory.supersession import (
@@ -90,3 +92,28 @@ def test_policy_excludes_or_ranks_below():
     below = apply_policy(hits, marks, "rank_below")
     assert [h.memory.id for h in below] == [b.id, c.id, a.id]
     assert below[-1].memory.superseded_by == c.id
+
+
+def test_an_answer_that_restates_a_replaced_value_is_born_superseded():
+    from memroute.memory.supersession import restated_marks
+
+    first = pair(0, "My best friend just moved to Innsbruck.", "Noted.")
+    update = pair(1, "My best friend moved again, to Lisbon this time.", "Noted.")
+    mems = {m.id: m for m in map(memory_of, (first, update))}
+    for old_id, (by, until) in marks_for([update], mems.values()).items():
+        mems[old_id] = replace(mems[old_id], superseded_by=by, valid_until=until)
+    stale = pair(2, "Which city does my best friend live in?", "Innsbruck")
+    right = pair(3, "Which city does my best friend live in?", "Lisbon")
+    other = pair(4, "What is 17 times 3?", "51")
+    marks = restated_marks([stale, right, other], mems.values())
+    assert marks == {stale.id: (update.id, stale.session_time)}
+
+
+def test_a_change_statement_is_shown_without_a_reply_that_contradicts_it():
+    from memroute.routing.prompt import memory_line
+
+    wrong = memory_of(pair(0, "My best friend moved again, to Lisbon this time.", "Innsbruck"))
+    fine = memory_of(pair(1, "I changed my locker code, it's QT-8812 now.", "Noted: QT-8812."))
+    assert memory_line(RetrievalHit(wrong, 1.0)).endswith("Q: My best friend moved again, to Lisbon this time.")
+    assert "Innsbruck" not in memory_line(RetrievalHit(wrong, 1.0), dates=False)
+    assert memory_line(RetrievalHit(fine, 1.0)) == f"- {fine.text}"
