@@ -206,3 +206,21 @@ __all__ = [
     "all_plots", "causes_by_condition", "cost_projection_chart", "f1_vs_cost", "reliability_diagram",
     "small_share_vs_tau",
 ]
+
+
+def frontier_plot(curves: dict[str, list[tuple[float, float]]], path: str | Path) -> Path:
+    """Confidently wrong (share of the accepted lower-tier answers that are wrong) against the
+    small tier's share, one curve per score, each point one threshold (jobs.calibrate)."""
+    fig = _figure(6.5, 4.5)
+    ax = fig.subplots()
+    for i, (name, points) in enumerate(curves.items()):
+        pts = sorted(points)
+        ax.plot([100 * s for s, _ in pts], [100 * w for _, w in pts], "-o", ms=3, color=f"C{i}",
+                label=name)
+    ax.axhline(5, color="grey", lw=0.8, ls=":")
+    ax.axvline(60, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("answered by the small tier (%)")
+    ax.set_ylabel("wrong among the accepted small-tier answers (%)")
+    ax.set_title("Held-out users: the cascade's frontier per threshold (goal: lower right)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)

@@ -209,6 +209,11 @@ def test_the_job_reports_ece_and_auroc_against_mean_logprob_and_writes_the_artif
     assert model.threshold == out["threshold"] and model.meta["held_out"]["auroc"] == 1.0
     report = (run / "calibration.md").read_text()
     assert "calibrator P(correct)" in report and "ECE" in report and "AUROC" in report
+    # the frontier: the calibrator reaches no wrong accepted answers at half on the small tier,
+    # which the log-prob confidence never does while it keeps any on the small tier
+    assert (run / "frontier.png").stat().st_size > 0 and "frontier" in report
+    assert (0.5, 0.0) in out["frontier"]["calibrator P(correct)"]
+    assert all(w > 0 for s, w in out["frontier"]["confidence"] if s > 0)
     assert f"calibrator: {(run / 'calibrator.json').resolve()}" in (run / "router_override.yaml").read_text()
 
 

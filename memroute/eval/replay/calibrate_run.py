@@ -36,6 +36,7 @@ from memroute.eval.replay.calibrate import (
     pick_tau,
     split_users,
 )
+from memroute.eval.plots import frontier_plot
 from memroute.eval.report import to_markdown
 
 SHADOW = "shadow.jsonl"
@@ -112,6 +113,11 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
         model.save(artifact)
         out.update({"calibrator": str(artifact), "threshold": model.threshold,
                     "calibrated": asdict(routed)})
+    frontier = {"confidence": _frontier(held, None, cfg.correct_f1)}
+    if artifact is not None:
+        frontier["calibrator P(correct)"] = _frontier(held, held_scores, cfg.correct_f1)
+    frontier_plot(frontier, run_dir / FRONTIER_PNG)
+    out["frontier"] = frontier
     rows.append({"users": "held out", "policy": "last tier only",
                  **_cols(evaluate(held, 1.01, correct_f1=cfg.correct_f1))})
     out["scores"] = score_rows
@@ -131,6 +137,12 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
         "### the scores on the held-out users' lower-tier answers (correct: F1 >= "
         f"{cfg.correct_f1})",
         to_markdown(pl.DataFrame(score_rows)),
+        "### frontier on the held-out users: small % and wrong of accepted % per threshold "
+        f"({FRONTIER_PNG})",
+        to_markdown(pl.DataFrame([
+            {"score": name, "threshold": t, "small %": round(100 * s, 1),
+             "wrong of accepted %": round(100 * w, 1)}
+            for name, points in frontier.items() for t, (s, w) in zip(FRONTIER_TAUS, points)])),
     ])
     (run_dir / "calibration.md").write_text(report + "\n")
     override = f"# python -m jobs.calibrate: {target}\nrouter:\n  tau: {chosen.tau}\n"
@@ -141,6 +153,20 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
     print(f"\noverride: router.tau={chosen.tau}"
           + (f" router.calibrator={artifact.resolve()}" if artifact else "")
           + f"  (also in {run_dir / 'router_override.yaml'})")
+    return out
+
+
+FRONTIER_PNG = "frontier.png"
+FRONTIER_TAUS = tuple(round(0.05 * i, 2) for i in range(21))
+
+
+def _frontier(held: list[ShadowSample], scores: list | None, correct_f1: float
+              ) -> list[tuple[float, float]]:
+    """(small share, wrong of accepted) at each of FRONTIER_TAUS."""
+    out = []
+    for tau in FRONTIER_TAUS:
+        r = evaluate(held, tau, scores, correct_f1)
+        out.append((r.small_share, r.accepted_wrong))
     return out
 
 
