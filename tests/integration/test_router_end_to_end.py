@@ -62,7 +62,8 @@ def test_token_counts_equal_the_tokenizer(world, tiny_hf):
     call = res.calls[0]
     tok = tiny_hf.tokenizer  # the model's own tokenizer
     base = build_messages(router.cfg.system_prompt, qa.question)
-    full = build_messages(router.cfg.system_prompt, qa.question, res.decision.memories)
+    full = res.messages  # the prompt the router sent (its memory layout: dates, today, order)
+    assert full[0].content.startswith(base[0].content) and "Today is" in full[0].content
     render = lambda msgs: tok.apply_chat_template(  # noqa: E731
         [{"role": m.role, "content": m.content} for m in msgs], add_generation_prompt=True, tokenize=True
     )
