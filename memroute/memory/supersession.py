@@ -150,12 +150,12 @@ def states_old_value(update: Update, memory_text: str) -> bool:
     question, answer = split_memory_text(memory_text)
     # "A: " so that a short answer's leading name ("Wombat.") counts as a name, as inside a sentence
     whole = f"{question} A: {answer}"
-    words = set(unigrams(values(whole)[1], stem=True))
+    old, rest = values(whole)
+    words = set(unigrams(rest, stem=True))
     if len(update.subject & words) < SUBJECT_SHARE * len(update.subject):
         return False
     new = {v.norm for v in update.values}
     kinds = {v.kind for v in update.values}
-    old = values(whole)[0]
     if any(v.norm in new for v in old):
         return False  # it already says the new value
     return any(v.kind in kinds for v in old)
