@@ -25,7 +25,7 @@ import string
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,12 +152,14 @@ def tier_record(slot: str, m: ModelConfig, assets: AssetStore | None) -> dict[st
 
 
 def template_hashes(
-    system_prompt: str, tiers: Sequence[Mapping[str, Any]], assets: AssetStore | None
+    system_prompt: str, tiers: Sequence[Mapping[str, Any]], assets: AssetStore | None,
+    router: RouterConfig | None = None,
 ) -> dict[str, str | None]:
-    """``system_prompt``, ``memory_injection`` and ``chat_template:<tier>`` (None: not found)."""
+    """``system_prompt``, ``memory_injection`` (in ``router``'s memory layout: the run's, not the
+    default) and ``chat_template:<tier>`` (None: not found)."""
     out: dict[str, str | None] = {
         "system_prompt": sha256_text(system_prompt),
-        "memory_injection": injection_template_sha256(),
+        "memory_injection": injection_template_sha256(router),
         "full_context_history": full_context_template_sha256(),
     }
     for t in tiers:
@@ -228,7 +230,7 @@ def build_manifest(
             "asset_sha256": emb_pin, "files_sha256": emb_files,
         },
         "system_prompt_is_default": cfg.router.system_prompt == RouterConfig().system_prompt,
-        "templates": template_hashes(cfg.router.system_prompt, tiers, assets),
+        "templates": template_hashes(cfg.router.system_prompt, tiers, assets, cfg.router),
         "metric_version": metric_version(wrong_below),
         "files": {name: file_sha256(path) for name, path in files.items()},
     }
@@ -258,6 +260,16 @@ class Drift:
         return [f"{name} (saved {saved[:12]}, now {now[:12]})" for name, saved, now in self.changed]
 
 
+LAYOUT_KEYS = ("memory_dates", "memory_order", "current_date", "latest_wins")
+
+
+def saved_layout(manifest: Mapping[str, Any]) -> RouterConfig:
+    """The run's memory layout from its flat config (defaults for keys an older run lacks)."""
+    config = manifest.get("config", {})
+    return replace(RouterConfig(), **{k: config[f"router.{k}"] for k in LAYOUT_KEYS
+                                      if f"router.{k}" in config})
+
+
 def template_drift(manifest: Mapping[str, Any], assets: AssetStore | None) -> Drift:
     """Compare the saved template hashes with what the current code and model folders give.
 
@@ -269,7 +281,7 @@ def template_drift(manifest: Mapping[str, Any], assets: AssetStore | None) -> Dr
         if manifest.get("system_prompt_is_default")
         else str(manifest["config"].get("router.system_prompt", ""))
     )
-    current = template_hashes(prompt, manifest.get("tiers", []), assets)
+    current = template_hashes(prompt, manifest.get("tiers", []), assets, saved_layout(manifest))
     changed: list[tuple[str, str, str]] = []
     unchecked: list[str] = []
     for name, saved in manifest.get("templates", {}).items():

@@ -124,6 +124,9 @@ def subject_words(text: str) -> frozenset[str]:
     return frozenset(w for w in unigrams(rest, stem=True) if w not in drop)
 
 
+# Memoised (bounded): a pair's user turn is parsed on each write, supersede pass and prompt
+# render; the parse is pure and the texts repeat.
+@functools.lru_cache(maxsize=8192)
 def as_update(user_text: str) -> Update | None:
     """The update ``user_text`` states, or None when it is no change statement (rules 1-2)."""
     if is_question(user_text) or not _has(user_text, CUES, CUE_PHRASES):
@@ -220,6 +223,7 @@ def restated_marks(new_pairs: Sequence[TurnPair], memories: Iterable[Memory]) ->
     return marks
 
 
+@functools.lru_cache(maxsize=8192)  # runs per injected memory per request
 def contradicts_itself(question: str, answer: str) -> bool:
     """A change statement whose reply states another value of the same kind (a small model
     answering "My best friend moved again, to Lisbon" with "Innsbruck"): the user is the

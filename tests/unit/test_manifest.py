@@ -43,6 +43,20 @@ def test_injection_hash_changes_with_the_memory_line_format(monkeypatch):
     assert mf.injection_template_sha256() != before
 
 
+def test_manifest_hashes_the_runs_memory_layout_and_drift_checks_it(tmp_path, model_dir):
+    flat = {"router.memory_order": "relevance", "router.current_date": False}
+    default = _manifest(tmp_path, model_dir)
+    ablated = mf.build_manifest(
+        BenchmarkConfig(cascade={"0": ModelConfig(name="small", engine="transformers", path=str(model_dir))},
+                        router=RouterConfig(memory_order="relevance", current_date=False)),
+        flat_config={**flat, "router.system_prompt": RouterConfig().system_prompt}, files={},
+        small_model="small", group_col="fact_type", wrong_below=0.5, assets=None,
+    )
+    assert ablated["templates"]["memory_injection"] != default["templates"]["memory_injection"]
+    # the saved layout is recomputed from the run's config: an ablation run is not "drifted"
+    assert "memory_injection" not in [c[0] for c in mf.template_drift(ablated, None).changed]
+
+
 def test_full_context_hash_changes_with_the_history_layout(monkeypatch):
     from memroute.eval import full_context
 
