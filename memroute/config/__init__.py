@@ -13,11 +13,13 @@ from memroute.config.schema import (
     IngestConfig,
     MemoryConfig,
     ModelConfig,
+    PartsConfig,
     RayConfig,
     RetrievalConfig,
     RouterConfig,
     TrackingConfig,
     WriteStageConfig,
+    check_parts,
 )
 from memroute.errors import ConfigError
 
@@ -32,11 +34,13 @@ __all__ = [
     "IngestConfig",
     "MemoryConfig",
     "ModelConfig",
+    "PartsConfig",
     "RayConfig",
     "RetrievalConfig",
     "RouterConfig",
     "TrackingConfig",
     "WriteStageConfig",
+    "check_parts",
     "register_configs",
     "to_object",
 ]

@@ -6,23 +6,17 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from memroute.config.extraction import ExtractionConfig, check_extraction_config
-from memroute.config.schema import (
-    AssetsConfig,
-    EmbedderConfig,
-    MemoryConfig,
-    ModelConfig,
-    RayConfig,
-    RetrievalConfig,
-    RouterConfig,
-    TrackingConfig,
-)
+from memroute.config.schema import PartsConfig, RayConfig, TrackingConfig, check_parts
 from memroute.errors import ConfigError
 
 DEFAULT_STRATEGIES = ["memroute", "always_large", "always_small", "cascade_no_memory", "semantic_cache"]
 
 
 @dataclass
-class ReplayConfig:
+class ReplayConfig(PartsConfig):
+    """The benchmark's parts (embedder, memory, retrieval, cascade, router, assets), inherited,
+    driven by a trace instead of a dataset."""
+
     trace: Optional[str] = None  # a trace file (docs/TRACES.md): .jsonl or .parquet
     target: str = "inprocess"  # inprocess | http://127.0.0.1:8000 (a running memroute endpoint)
     strategies: list[str] = field(default_factory=lambda: list(DEFAULT_STRATEGIES))
@@ -48,19 +42,14 @@ class ReplayConfig:
     watch_after_s: float = 0.0
     ray: RayConfig = field(default_factory=RayConfig)
     volumes: dict[str, int] = field(default_factory=dict)  # monthly projection; empty: defaults
-    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
-    router: RouterConfig = field(default_factory=RouterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    assets: AssetsConfig = field(default_factory=AssetsConfig)
     # memroute_facts: the served fact extraction (threshold, schema, keys), by extraction.tier
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
 
 
 def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
     """Refuse what cannot run, naming the field, before any model loads."""
+    check_parts(cfg)
     if not cfg.trace and not cfg.run_id:
         raise ConfigError("set trace=<file> (a .jsonl or .parquet trace), or run_id=<run> to resume",
                           field="trace")

@@ -191,6 +191,95 @@ class RouterConfig:
 
 
 @dataclass
+class PartsConfig:
+    """What the benchmark, the Serve app and the replay are built from (``build.py``): one
+    schema they inherit, so the keys stay flat (``router.tau=0.7``, ``model@cascade.0=...``)
+    and :func:`check_parts` refuses a bad part the same way in all three."""
+
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
+    router: RouterConfig = field(default_factory=RouterConfig)
+    assets: AssetsConfig = field(default_factory=AssetsConfig)
+
+
+def check_parts(cfg: PartsConfig) -> list[ModelConfig]:
+    """Refuse shared parts that cannot work anywhere, naming the field, before anything loads;
+    returns the cascade in order. Names looked up in registries (fusion, confidence, ...) are
+    checked by the layer that owns the registry, when the part is built; model folders, which
+    exist on one machine only, by :func:`check_model_paths` where this machine loads them."""
+    models = ordered_cascade(cfg.cascade)
+    for i, m in enumerate(models):
+        _number(m.params_b, f"cascade.{i}.params_b", low=0.0, low_open=True)
+        if m.price_as_params_b is not None:
+            _number(m.price_as_params_b, f"cascade.{i}.price_as_params_b", low=0.0, low_open=True)
+        _number(m.max_model_len, f"cascade.{i}.max_model_len", low=1, integer=True)
+    e, mem, r, rt = cfg.embedder, cfg.memory, cfg.retrieval, cfg.router
+    _number(e.batch_size, "embedder.batch_size", low=1, integer=True)
+    for name in ("dim", "num_threads"):
+        if getattr(e, name) is not None:
+            _number(getattr(e, name), f"embedder.{name}", low=1, integer=True)
+    _number(mem.num_partitions, "memory.num_partitions", low=1, integer=True)
+    _number(mem.timeout_s, "memory.timeout_s", low=0.0, low_open=True)
+    _number(mem.write_timeout_s, "memory.write_timeout_s", low=0.0, low_open=True)
+    for name in ("top_k", "candidate_k", "ngram", "rerank_depth"):
+        _number(getattr(r, name), f"retrieval.{name}", low=1, integer=True)
+    for name in ("rrf_k", "token_budget", "probe_token_budget"):
+        _number(getattr(r, name), f"retrieval.{name}", low=0, integer=True)
+    for name in ("bm25_k1", "bm25_cache_mb", "context_weight", "rerank_weight"):
+        _number(getattr(r, name), f"retrieval.{name}", low=0.0)
+    for name in ("alpha", "bm25_b", "dominant_overlap", "query_focus"):
+        _number(getattr(r, name), f"retrieval.{name}", low=0.0, high=1.0)
+    # The retriever would refuse it too, but only once the store is open.
+    if r.bm25_backend == "milvus" and not mem.bm25_function:
+        raise ConfigError("retrieval.bm25_backend=milvus needs memory.bm25_function=true "
+                          "(e.g. memory=lite_bm25)", field="retrieval.bm25_backend")
+    _number(rt.tau, "router.tau", low=0.0, high=1.0)
+    if rt.calibrator_threshold is not None:
+        _number(rt.calibrator_threshold, "router.calibrator_threshold", low=0.0, high=1.0)
+    # Eq. 1 divides by |l_min| and maps l_min to 0: a floor at or above 0 is no floor.
+    _number(rt.l_min, "router.l_min", high=0.0, high_open=True)
+    _number(rt.max_tokens, "router.max_tokens", low=1, integer=True)
+    return models
+
+
+def _number(v: Any, name: str, *, low: float | None = None, high: float | None = None,
+            low_open: bool = False, high_open: bool = False, integer: bool = False) -> None:
+    """``v`` a number (an integer if asked) within the bounds, else ConfigError naming ``name``."""
+    ok = not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
+    if ok and low is not None:
+        ok = v > low if low_open else v >= low
+    if ok and high is not None:
+        ok = v < high if high_open else v <= high
+    if ok:
+        return
+    if low is not None and high is not None:
+        bounds = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+        bounds = f"{'>' if low_open else '>='} {low:g}"
+    else:
+        bounds = f"{'<' if high_open else '<='} {high:g}"
+    kind = "an integer" if integer else "a number"
+    raise ConfigError(f"{name} must be {kind} {bounds}, got {v!r}", field=name)
+
+
+def check_model_paths(cfg: PartsConfig) -> None:
+    """Model folders given as filesystem paths exist here, before anything tries to load them
+    (a bare ``org/name`` may be a hub id on a machine that has it, so only paths are checked).
+    For the jobs that load the parts on this machine (benchmark, Serve app), not the replay:
+    its config is also written off the machine that loads (the RayJob's ``/weights``), and an
+    http target loads nothing."""
+    from pathlib import Path
+
+    named = [("embedder.path", cfg.embedder.path)]
+    named += [(f"cascade.{i}.path", m.path) for i, m in enumerate(ordered_cascade(cfg.cascade))]
+    for name, path in named:
+        if path and path.startswith(("/", ".", "~")) and not Path(path).expanduser().exists():
+            raise ConfigError(f"{name} {path!r} does not exist", field=name)
+
+
+@dataclass
 class TrackingConfig:
     enabled: bool = True
     tracking_uri: str = "sqlite:///.memroute/mlflow.db"
@@ -215,15 +304,9 @@ class DatasetConfig:
 
 
 @dataclass
-class BenchmarkConfig:
+class BenchmarkConfig(PartsConfig):
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
-    router: RouterConfig = field(default_factory=RouterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    assets: AssetsConfig = field(default_factory=AssetsConfig)
     conditions: list[str] = field(
         default_factory=lambda: [
             "cold_small",
@@ -238,6 +321,17 @@ class BenchmarkConfig:
     batch_size: int = 16  # questions generated together per tier
     # the *_facts conditions: fact extraction over each user's conversation (config/fact_layer.py)
     fact_layer: FactLayerConfig = field(default_factory=FactLayerConfig)
+
+
+def check_benchmark_config(cfg: BenchmarkConfig) -> BenchmarkConfig:
+    """Refuse what cannot run, naming the field, before the dataset or any model loads."""
+    check_parts(cfg)
+    check_model_paths(cfg)
+    _number(cfg.batch_size, "batch_size", low=1, integer=True)
+    if not cfg.conditions:
+        raise ConfigError("conditions is empty: name at least one (warm_compound, ...)",
+                          field="conditions")
+    return cfg
 
 
 @dataclass

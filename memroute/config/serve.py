@@ -17,13 +17,11 @@ from memroute.config.extraction import ExtractionConfig, check_extraction_config
 from memroute.config.facts import FactsConfig, check_facts_config
 from memroute.config.journal import JournalConfig, check_journal_config
 from memroute.config.schema import (
-    AssetsConfig,
-    EmbedderConfig,
-    MemoryConfig,
     ModelConfig,
+    PartsConfig,
     RayConfig,
-    RetrievalConfig,
-    RouterConfig,
+    check_model_paths,
+    check_parts,
     is_server_uri,
     ordered_cascade,
 )
@@ -107,19 +105,17 @@ class HttpConfig:
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(PartsConfig):
+    """The parts (embedder, memory, retrieval, cascade, router, assets) as the benchmark's,
+    plus how they are hosted and what the endpoint adds around them."""
+
     name: str = "memroute"
     route_prefix: str = "/"
     http: HttpConfig = field(default_factory=HttpConfig)
     ingress: IngressConfig = field(default_factory=IngressConfig)
     shadow: ShadowConfig = field(default_factory=ShadowConfig)
-    cascade: dict[str, ModelConfig] = field(default_factory=dict)  # "0", "1", ... cheapest first
     deploy: dict[str, TierDeployConfig] = field(default_factory=dict)  # hosting of cascade slots
     accelerator: AcceleratorConfig = field(default_factory=AcceleratorConfig)  # GPU presets set it
-    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    router: RouterConfig = field(default_factory=RouterConfig)
     journal: JournalConfig = field(default_factory=JournalConfig)
     # url "" (the default): a SQLite file beside the journal (served_facts_config)
     facts: FactsConfig = field(default_factory=lambda: FactsConfig(url=""))
@@ -130,7 +126,6 @@ class ServeConfig:
     # POST /v1/memory/search: facts, units and turns in one ranking (memory/search.py)
     search: SearchConfig = field(default_factory=SearchConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
-    assets: AssetsConfig = field(default_factory=AssetsConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     blocking: bool = True  # jobs.serve: keep serving until Ctrl-C (False: deploy and return)
 
@@ -182,6 +177,7 @@ def served_facts_config(cfg: ServeConfig) -> FactsConfig:
 
 def check_serve_config(cfg: ServeConfig) -> ServeConfig:
     """Refuse configurations that cannot work, naming the field, before anything starts."""
+    check_parts(cfg)
     tiers = served_tiers(cfg)
     check_api_config(cfg.api)
     check_journal_config(cfg.journal)
@@ -214,9 +210,8 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
             "several ingress replicas keep it off (ingress.autoscaling.max_replicas > 1)",
             field="retrieval.hot_vectors",
         )
-    _check_local_path(cfg.embedder.path, "embedder.path")
+    check_model_paths(cfg)  # each replica loads its folder: refused once here, not in each
     for tier in tiers:
-        _check_local_path(tier.model.path, f"cascade.{tier.index}.path")
         d, where = tier.deploy, f"deploy.{tier.index}"
         _check_autoscaling(d.autoscaling, f"{where}.autoscaling")
         if d.num_cpus < 0 or d.num_gpus < 0:
@@ -261,11 +256,3 @@ def _check_autoscaling(a: AutoscalingConfig, field_name: str) -> None:
     if a.look_back_period_s <= 0:
         raise ConfigError("look_back_period_s must be > 0", field=f"{field_name}.look_back_period_s")
 
-
-def _check_local_path(path: str | None, field_name: str) -> None:
-    """A model folder given as a filesystem path must exist before any replica tries to load it
-    (a bare ``org/name`` may be a hub id on a machine that has it, so only paths are checked)."""
-    from pathlib import Path
-
-    if path and path.startswith(("/", ".", "~")) and not Path(path).expanduser().exists():
-        raise ConfigError(f"{field_name} {path!r} does not exist", field=field_name)

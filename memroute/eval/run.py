@@ -15,7 +15,7 @@ import polars as pl
 from memroute import build
 from memroute.config import BenchmarkConfig
 from memroute.config.fact_layer import fact_layer_fields
-from memroute.config.schema import is_server_uri, ordered_cascade
+from memroute.config.schema import check_benchmark_config, is_server_uri, ordered_cascade
 from memroute.config.units import UnitsConfig
 from memroute.datasets.conversations import as_eval_conversation
 from memroute.datasets.registry import dataset_conversations
@@ -67,7 +67,8 @@ def needed_tiers(conditions: Sequence[str], n_tiers: int) -> set[int]:
 
 def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOutput:
     started = time.time()
-    models = ordered_cascade(cfg.cascade)
+    # a bad part is refused here, naming the field, before the dataset or a model loads
+    models = ordered_cascade(check_benchmark_config(cfg).cascade)
     run_dir = new_run_dir(cfg.output_dir)
     conversations = dataset_conversations(cfg.dataset, run_dir)
     n_questions = sum(len(c.qa) for c in conversations)

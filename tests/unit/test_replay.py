@@ -5,7 +5,9 @@ and the report's windows, ratios and break-even add up."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -16,7 +18,13 @@ from memroute.eval.replay.driver import Checkpoint, replay_strategy, waves
 from memroute.eval.replay.outcome import CACHE_TIER, TierPrice
 from memroute.eval.replay.report import break_even, write_report
 from memroute.eval.replay.scoring import memory_id
-from memroute.eval.replay.strategies import STRATEGIES, StrategyParts, route_request
+from memroute.eval.replay.strategies import (
+    STRATEGIES,
+    Routed,
+    StrategyParts,
+    needs_memory,
+    route_request,
+)
 from memroute.types import Message
 
 from .fakes import FakeRetriever
@@ -91,9 +99,20 @@ def test_baselines_answer_every_request_their_way(tmp_path, parts):
     assert all(r["memories"] == 0 and r["evidence_hit"] is None for rs in by.values() for r in rs)
 
 
-def test_semantic_cache_reuses_answers_and_serves_stale_ones(tmp_path, parts):
-    import numpy as np
+def test_needs_memory_is_the_built_strategys_stores_memory(parts, monkeypatch):
+    """The run picks which strategies get a memory store before building them: that choice is
+    read from the builder, the same flag the built strategy carries, never a list of names."""
+    monkeypatch.setitem(STRATEGIES._items, "memroute_copy", Routed("all", stores_memory=True,
+                                                                   routing=True))
+    for name in STRATEGIES.names():
+        p = replace(parts(FakeRetriever(), encoder=lambda texts: np.ones((len(texts), 4))),
+                    facts=lambda user: [])
+        assert STRATEGIES.get(name)(name, p).stores_memory is needs_memory(name), name
+    assert {n for n in STRATEGIES.names() if needs_memory(n)} == {
+        "memroute", "memroute_facts", "memroute_copy"}
 
+
+def test_semantic_cache_reuses_answers_and_serves_stale_ones(tmp_path, parts):
     def encode(texts):  # one direction per distinct text: only exact repeats hit
         return np.stack([np.eye(8)[hash(t) % 8] for t in texts])
 

@@ -94,11 +94,12 @@ class RoutedStrategy:
 class SemanticCache:
     """Per-user cache of (query vector, answer); lookups see the answers of earlier waves."""
 
+    stores_memory = False  # the class is its own builder (STRATEGIES): known before it is built
+
     def __init__(self, name: str, parts: StrategyParts) -> None:
         if parts.encoder is None:
             raise ValueError("semantic_cache needs an encoder")
         self.name = name
-        self.stores_memory = False
         self.encode = parts.encoder
         self.threshold = parts.cache_threshold
         self.large = RoutedStrategy(name, parts, [len(parts.tiers) - 1], memory=False, routing=False)
@@ -138,48 +139,48 @@ def _unit(m: np.ndarray) -> np.ndarray:
     return m / np.where(norms == 0, 1.0, norms)
 
 
-StrategyBuilder = Callable[[str, StrategyParts], Strategy]
+class StrategyBuilder(Protocol):
+    """Makes a strategy by name. ``stores_memory`` is the built strategy's, known before it is
+    built: the run gives a fresh memory store to those strategies only (``needs_memory``)."""
+
+    stores_memory: bool
+
+    def __call__(self, name: str, parts: StrategyParts) -> Strategy: ...
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A strategy of the one Router: its tiers (all | first | last), memory and routing on or off,
+    and the fact layer (memroute_facts: facts extracted from the stored answers, injected)."""
+
+    tiers: str
+    stores_memory: bool
+    routing: bool
+    facts: bool = False
+
+    def __call__(self, name: str, parts: StrategyParts) -> Strategy:
+        n = len(parts.tiers)
+        slots = {"all": range(n), "first": [0], "last": [n - 1]}[self.tiers]
+        return RoutedStrategy(name, parts, slots, memory=self.stores_memory, routing=self.routing,
+                              facts=self.facts)
+
+
 STRATEGIES: Registry[StrategyBuilder] = Registry("replay strategy")
-
-
-@STRATEGIES.register("memroute")
-def _memroute(name: str, parts: StrategyParts) -> Strategy:
-    return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=True, routing=True)
-
-
-@STRATEGIES.register("memroute_facts")
-def _memroute_facts(name: str, parts: StrategyParts) -> Strategy:
-    """memroute with the fact layer: facts extracted from the stored answers, injected."""
-    return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=True, routing=True,
-                          facts=True)
-
-
-@STRATEGIES.register("cascade_no_memory")
-def _cascade(name: str, parts: StrategyParts) -> Strategy:
-    return RoutedStrategy(name, parts, range(len(parts.tiers)), memory=False, routing=True)
-
-
-@STRATEGIES.register("always_small")
-def _small(name: str, parts: StrategyParts) -> Strategy:
-    return RoutedStrategy(name, parts, [0], memory=False, routing=False)
-
-
-@STRATEGIES.register("always_large")
-def _large(name: str, parts: StrategyParts) -> Strategy:
-    return RoutedStrategy(name, parts, [len(parts.tiers) - 1], memory=False, routing=False)
-
-
-@STRATEGIES.register("semantic_cache")
-def _cache(name: str, parts: StrategyParts) -> Strategy:
-    return SemanticCache(name, parts)
+STRATEGIES.add("memroute", Routed("all", stores_memory=True, routing=True))
+STRATEGIES.add("memroute_facts", Routed("all", stores_memory=True, routing=True, facts=True))
+STRATEGIES.add("cascade_no_memory", Routed("all", stores_memory=False, routing=True))
+STRATEGIES.add("always_small", Routed("first", stores_memory=False, routing=False))
+STRATEGIES.add("always_large", Routed("last", stores_memory=False, routing=False))
+STRATEGIES.add("semantic_cache", SemanticCache)
 
 
 def needs_memory(name: str) -> bool:
-    return name in ("memroute", "memroute_facts")
+    """Whether strategy ``name`` is built with a memory store: exactly when it stores memory."""
+    return STRATEGIES.get(name, field="strategies").stores_memory
 
 
 def needs_facts(name: str) -> bool:
-    return name == "memroute_facts"
+    return bool(getattr(STRATEGIES.get(name, field="strategies"), "facts", False))
 
 
 class ShadowRecorder:
