@@ -81,8 +81,7 @@ from memroute.memory.facts import (  # noqa: E402
     FactInput,
     FactStore,
 )
-from memroute.journal.postgres_journal import PostgresJournal  # noqa: E402
-from memroute.journal.sqlite_journal import Journal  # noqa: E402
+from memroute.journal import Journal, PostgresJournal  # noqa: E402
 from memroute.memory.facts.schema import fact_versions, facts  # noqa: E402
 from memroute.memory.facts.session import RenderCache, session_start  # noqa: E402
 from memroute.memory.facts.versions import new_token  # noqa: E402

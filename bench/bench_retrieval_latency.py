@@ -227,7 +227,7 @@ class Bench:
     def __init__(  # type: ignore[no-untyped-def]
         self, args, store, lookup: LookupEncoder, n_users: int
     ) -> None:
-        from memroute.retrieval.bm25 import BM25Cache
+        from memroute.retrieval.bm25_cache import BM25Cache
 
         self.args, self.store, self.lookup = args, store, lookup
         self.base = RetrievalConfig(

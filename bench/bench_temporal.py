@@ -43,12 +43,8 @@ from memroute import build
 from memroute.config import AssetsConfig, EmbedderConfig
 from memroute.config.schema import MemoryConfig, RetrievalConfig
 from memroute.datasets.cases import longmemeval_cases
-from memroute.datasets.generate.longmemeval import (
-    SIZES,
-    fmt_lme_date,
-    generate_longmemeval,
-    write_json,
-)
+from memroute.datasets.generate.longmemeval import SIZES, generate_longmemeval, write_json
+from memroute.datasets.generate.longmemeval_haystack import fmt_lme_date
 from memroute.datasets.longmemeval import load_longmemeval
 from memroute.eval.metrics import recall_at_k
 from memroute.retrieval.temporal import time_window

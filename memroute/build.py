@@ -36,13 +36,14 @@ if TYPE_CHECKING:
     from memroute.config.search import SearchConfig
     from memroute.config.units import UnitsConfig
     from memroute.embedding.base import Encoder
-    from memroute.journal.sqlite_journal import Journal
+    from memroute.journal.idempotency import IdempotencyStore
+    from memroute.journal.protocol import TurnJournal
     from memroute.llm.base import Backend
     from memroute.memory.facts import FactStore
     from memroute.memory.milvus_store import MilvusMemoryStore
     from memroute.memory.search import ActiveFacts, MemorySearch, TurnRetriever
     from memroute.memory.units import UnitIndex
-    from memroute.retrieval.bm25 import BM25Cache
+    from memroute.retrieval.bm25_cache import BM25Cache
     from memroute.retrieval.retriever import HybridRetriever
     from memroute.routing.calibrator import Calibrator
     from memroute.routing.facts_block import FactsSource
@@ -138,14 +139,14 @@ def unit_index(
     return UnitIndex(enc, st, cfg, retriever=r)
 
 
-def turn_corpus(turns: object, st: object) -> Callable[[str], Sequence[Memory]]:
+def turn_corpus(turns: object, st: MilvusMemoryStore) -> Callable[[str], Sequence[Memory]]:
     """A user's stored turn-pairs for the memory search's keyword fallback: the retriever's
     in-process BM25 corpus when it has one (kept in step with its writes; built from the store
     on first use), else ``st.list_user`` (a store read: ~0.25 s for 1,000 rows on Milvus Lite)."""
     cfg, bm25 = getattr(turns, "cfg", None), getattr(turns, "bm25", None)
     if bm25 is not None and getattr(cfg, "bm25_backend", None) == "inprocess":
         return lambda uid: list(bm25.get(uid).memories.values())
-    return st.list_user  # type: ignore[attr-defined, no-any-return]
+    return st.list_user
 
 
 def memory_search(
@@ -198,7 +199,7 @@ class UnusedBackend:
     def _unused(self, *args: object, **kwargs: object) -> NoReturn:
         raise RuntimeError(f"tier {self.model_id!r} was not loaded: no selected condition uses it")
 
-    generate = generate_many = count_tokens = count_text_tokens = _unused
+    generate = generate_many = stream = count_tokens = count_text_tokens = _unused
 
     def close(self) -> None:
         pass
@@ -225,7 +226,7 @@ def tiers(
             if backends is not None:
                 engine: Backend = backends[i]
             elif load is not None and i not in load:
-                engine = UnusedBackend(m.name)  # type: ignore[assignment]
+                engine = UnusedBackend(m.name)
                 if on_ready is not None:
                     on_ready(i, m, None)
             else:
@@ -290,13 +291,23 @@ def facts(cfg: FactsConfig) -> FactStore:
     return FactStore.from_config(cfg)
 
 
-def journal(cfg: JournalConfig) -> Journal:
-    """The durable journal: PostgreSQL when ``journal.url`` is set (shared by every replica),
+def journal_target(cfg: JournalConfig) -> str:
+    """Where the journal lives: ``journal.url`` (PostgreSQL, shared by every replica) when set,
     else the SQLite file, its path made absolute (a Ray replica's working directory differs)."""
-    if cfg.url:
-        from memroute.journal.postgres_journal import PostgresJournal
+    return cfg.url or str(Path(cfg.path).expanduser().resolve())
 
-        return PostgresJournal(cfg.url)  # type: ignore[return-value]  # the same interface
-    from memroute.journal.sqlite_journal import Journal
 
-    return Journal(Path(cfg.path).expanduser().resolve())
+def journal(cfg: JournalConfig) -> TurnJournal:
+    """The durable journal at :func:`journal_target`."""
+    from memroute.journal.store import open_journal
+
+    return open_journal(journal_target(cfg))
+
+
+def idempotency(cfg: JournalConfig) -> IdempotencyStore:
+    """``Idempotency-Key`` answers, in the journal's database (a retry that lands on another
+    replica finds the first answer in the shared one)."""
+    from memroute.journal.idempotency import IdempotencyStore
+
+    return IdempotencyStore(journal_target(cfg), ttl_s=cfg.idempotency_ttl_s,
+                            lease_s=cfg.idempotency_lease_s)

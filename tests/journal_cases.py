@@ -217,6 +217,22 @@ def a_failing_listener_does_not_undo_the_ack(make_journal) -> None:
     assert seen == [2] and j.pending_count() == 3
 
 
+def claims_lease_entries_to_one_owner(make_journal) -> None:
+    """Claims are the same on both back ends (one implementation): oldest first, one live lease
+    per entry, the owner's own again, released or marked claims free, erased ones never."""
+    j, other = make_journal(), make_journal()
+    seqs = j.append([pair(turn=i) for i in range(4)] + [pair(BOB, 0)])
+    assert [e.seq for e in j.claim(2, owner="a", lease_s=30)] == seqs[:2]
+    assert [e.seq for e in other.claim(2, owner="b", lease_s=30)] == seqs[2:4]
+    assert [e.seq for e in j.claim(5, owner="a", lease_s=30)] == [*seqs[:2], seqs[4]]
+    assert other.release(seqs, owner="b") == 2 and other.release(seqs, owner="b") == 0
+    assert j.mark_flushed(seqs[:2]) == 2  # marking ends the lease with the entry
+    j.erase_user(BOB, actor="ops")
+    assert [e.seq for e in other.claim(10, owner="c", lease_s=30)] == seqs[2:4]
+    assert j.claim(10, owner="d", lease_s=30) == []
+    assert j.shared == other.shared and isinstance(j.shared, bool)
+
+
 CASES = [
     pending_order_limits_and_mark_flushed,
     retried_pair_is_recorded_once_and_allocates_no_seq,
@@ -224,4 +240,5 @@ CASES = [
     prune_flushed_keeps_pending,
     recently_flushed_entries_are_read_while_asked_for,
     a_failing_listener_does_not_undo_the_ack,
+    claims_lease_entries_to_one_owner,
 ]

@@ -11,7 +11,7 @@ from memroute.errors import ConfigError
 class JournalConfig:
     path: str = ".memroute/journal.sqlite3"  # SQLite file (WAL); one per serving process
     # "" (the default): the SQLite file above. postgresql://...: one journal shared by every
-    # ingress replica (memroute/journal/postgres_journal.py); flushers then claim batches with
+    # ingress replica (memroute/journal/store.py, one schema for both dialects); flushers then claim batches with
     # a lease, so each entry is written by one of them, and a killed one's batch is taken over.
     url: str = ""
     lease_s: float = 60.0  # a claimed batch's lease (postgresql): longer than a store write
@@ -20,7 +20,7 @@ class JournalConfig:
     # Longest wait between retries while the store fails; the serving app also probes the store
     # every second meanwhile and retries as soon as it answers.
     max_backoff_s: float = 5.0
-    # Idempotency-Key answers (same SQLite file): kept this long, counted from the first request
+    # Idempotency-Key answers (in the journal's database, so shared by replicas): kept this long, counted from the first request
     idempotency_ttl_s: float = 86400.0
     idempotency_wait_s: float = 30.0  # a duplicate waits this long for the first request's answer
     # /readyz reports not ready above this many acknowledged pairs waiting for the store

@@ -35,7 +35,7 @@ class RetrievalEvalOutput:
 
 
 def run_retrieval_eval(cfg: RetrievalEvalConfig) -> RetrievalEvalOutput:
-    from memroute.retrieval.bm25 import BM25Cache
+    from memroute.retrieval.bm25_cache import BM25Cache
 
     for name in cfg.strategies:
         strategy_config(cfg.retrieval, name)  # unknown names fail before any work

@@ -42,7 +42,8 @@ from dataclasses import dataclass, replace
 
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.config.journal import JournalConfig, check_journal_config
-from memroute.journal.sqlite_journal import Journal, JournalEntry
+from memroute.journal.protocol import TurnJournal
+from memroute.journal.records import JournalEntry
 from memroute.types import TurnPair
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def error_text(exc: BaseException) -> str:
 class Flusher:
     def __init__(
         self,
-        journal: Journal,
+        journal: TurnJournal,
         write_fn: WriteFn,
         *,
         batch_size: int = 64,
@@ -115,13 +116,13 @@ class Flusher:
         # A journal shared by several replicas (PostgreSQL) hands out batches by lease: this
         # flusher claims under its own name, and polls, since other replicas' appends wake
         # nobody here.
-        self.shared = callable(getattr(journal, "claim", None))
+        self.shared = journal.shared
         self.lease_s = float(lease_s)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
     @classmethod
     def from_config(
-        cls, journal: Journal, write_fn: WriteFn, cfg: JournalConfig, *,
+        cls, journal: TurnJournal, write_fn: WriteFn, cfg: JournalConfig, *,
         on_erased: ErasedFn | None = None, probe_fn: Callable[[], object] | None = None,
     ) -> Flusher:
         return cls(
@@ -226,11 +227,10 @@ class Flusher:
         (what it claimed past ``upto`` is given back, so a drain ends)."""
         if not self.shared:
             return self.journal.pending(self.batch_size, max_seq=upto)
-        claimed = self.journal.claim(self.batch_size, owner=self.owner,  # type: ignore[attr-defined]
-                                     lease_s=self.lease_s)
+        claimed = self.journal.claim(self.batch_size, owner=self.owner, lease_s=self.lease_s)
         later = [e.seq for e in claimed if e.seq > upto]
         if later:
-            self.journal.release(later, owner=self.owner)  # type: ignore[attr-defined]
+            self.journal.release(later, owner=self.owner)
         return [e for e in claimed if e.seq <= upto]
 
     def _write(self, entries: Sequence[JournalEntry]) -> int:

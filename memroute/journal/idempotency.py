@@ -1,9 +1,9 @@
 """Idempotency keys: a retried request (same tenant, same ``Idempotency-Key``) gets the first answer.
 
-Why in the journal's SQLite file: the answer must be as durable as the turn-pair it produced
-(WAL, ``synchronous=FULL``), and a replay that resumes after a server restart must still find
-it. The table is created next to ``entries`` with ``IF NOT EXISTS``: older code ignores it, so
-the journal's schema version stays.
+Why in the journal's database (the SQLite file, or the PostgreSQL database every replica
+shares; the tables are :mod:`memroute.journal.schema`'s): the answer must be as durable as the
+turn-pair it produced, a replay that resumes after a server restart must still find it, and a
+client's retry that lands on another replica must get the first answer, not run again.
 
 Table ``idempotency``, one row per (tenant, key):
 
@@ -20,9 +20,10 @@ Rows older than ``ttl_s`` (from ``created_at``) count as absent and are swept la
 Erasure: ``response`` is content (the answer text), so an erased user's rows go too. Keys are
 per tenant, and neither the key nor the stored response names the user, so :meth:`begin`
 records the memory namespace (``tenant:user``) when given, in the side table
-``idempotency_users`` (tenant, key) -> user_id; a trigger deletes its row with the key's row, so
-every path that drops a key (forget, TTL sweep, dead claims) keeps it in step. A side table
-rather than a column: the ``idempotency`` table keeps its shape for older code. Rows written
+``idempotency_users`` (tenant, key) -> user_id, deleted with the key's row (a foreign key
+``ON DELETE CASCADE``; SQLite files of earlier versions: their trigger), so every path that
+drops a key (forget, TTL sweep, dead claims) keeps it in step. A side table rather than a
+column: the ``idempotency`` table keeps its shape for older code. Rows written
 before (or without a user) are unattributed. :meth:`IdempotencyStore.erase_user` deletes the
 user's rows and, by default, the tenant's unattributed rows as well, since they may be the user's: the cost for the tenant's other users is only that a retry of such a key
 runs again instead of replaying (its turn-pair id comes from the key, so it replaces its pair).
@@ -30,59 +31,37 @@ runs again instead of replaying (its turn-pair id comes from the key, so it repl
 deleted while it runs cannot record its answer afterwards (:meth:`complete` returns False).
 
 A duplicate that finds the key in progress waits up to ``wait_s`` (woken at once by this
-store's completions, polling for other processes' ones), then gets :class:`InProgress`.
+store's completions, polling for other processes' and replicas' ones), then gets
+:class:`InProgress`. Two replicas claiming one new key at once: ``ON CONFLICT DO NOTHING``
+lets one insert, the other then reads its row (in progress: it waits).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
-import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from memroute.errors import MemrouteError
-from memroute.journal.sqlite_setup import JournalError, open_journal_db, write_transaction
+from memroute.journal.dialects import open_database
+from memroute.journal.records import JournalError
+from memroute.journal.schema import COMPLETED, IN_PROGRESS
 from memroute.namespace import SEPARATOR, validate_tenant
 from memroute.types import validate_user_id
 
 log = logging.getLogger(__name__)
 
-IN_PROGRESS, COMPLETED = "in_progress", "completed"
 POLL_S = 0.1  # how often a waiting duplicate re-reads the row (other processes' completions)
 MAX_KEY_CHARS = 255
-TABLE = f"""
-CREATE TABLE IF NOT EXISTS idempotency (
-    tenant TEXT NOT NULL,
-    key TEXT NOT NULL,
-    body_hash TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('{IN_PROGRESS}', '{COMPLETED}')),
-    owner TEXT NOT NULL,
-    response TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (tenant, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created_at)
-"""
-# Added later (erasure): the namespace a key's request belongs to (absent for older keys).
-USERS_TABLE = (
-    (
-        "CREATE TABLE IF NOT EXISTS idempotency_users (tenant TEXT NOT NULL, key TEXT NOT NULL, "
-        "user_id TEXT NOT NULL, PRIMARY KEY (tenant, key)) WITHOUT ROWID"
-    ),
-    "CREATE INDEX IF NOT EXISTS idempotency_users_user ON idempotency_users(user_id)",
-    (
-        "CREATE TRIGGER IF NOT EXISTS idempotency_users_gc AFTER DELETE ON idempotency BEGIN "
-        "DELETE FROM idempotency_users WHERE tenant = old.tenant AND key = old.key; END"
-    ),
-)
 
 
 class IdempotencyConflict(MemrouteError):
@@ -128,34 +107,33 @@ def check_key(key: object) -> str:
 
 
 class IdempotencyStore:
+    """The keys in the journal's database: ``target`` is the SQLite journal's file or the
+    PostgreSQL journal's ``postgresql://`` URL (what :func:`memroute.build.idempotency` passes)."""
+
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        target: str | os.PathLike[str],
         *,
         ttl_s: float = 86400.0,
         lease_s: float = 600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.path = Path(path).expanduser().resolve()
         self.ttl_s, self.lease_s = float(ttl_s), float(lease_s)
         self._clock = clock
         self._host, self._pid = socket.gethostname(), os.getpid()
-        self._lock = threading.RLock()  # the connection
+        self._lock = threading.Lock()  # the open claims
         self._changed = threading.Condition()  # wakes local waiters on complete/forget
         self._generation = 0
         self._claims: set[tuple[str, str, str]] = set()  # this store's open claims
         self._sweep_every_s = max(1.0, min(self.ttl_s / 10.0, 300.0))
         self._last_sweep = float("-inf")
-        self._conn: sqlite3.Connection | None = open_journal_db(self.path)
+        self._db = open_database(os.fspath(target))
+        self.path = self._db.path
+        self._i, self._u = self._db.tables.idempotency, self._db.tables.idempotency_users
         try:
-            with self._write() as conn:
-                for stmt in filter(str.strip, TABLE.split(";")):
-                    conn.execute(stmt)
-                for stmt in USERS_TABLE:
-                    conn.execute(stmt)
-                self._drop_dead_claims(conn)
+            self._db.transact("drop dead claims", self._drop_dead_claims)
         except BaseException:
-            self.close()
+            self._db.close()
             raise
 
     # ------------------------------------------------------------------ flow
@@ -174,7 +152,11 @@ class IdempotencyStore:
         while True:
             with self._changed:
                 generation = self._generation
-            outcome = self._try_begin(tenant, key, body_hash, user_id)
+            outcome = self._db.transact("claim an idempotency key", lambda conn: self._try_begin(
+                conn, tenant, key, body_hash, user_id))
+            if isinstance(outcome, Started):
+                with self._lock:
+                    self._claims.add((outcome.tenant, outcome.key, outcome.owner))
             left = deadline - time.monotonic()
             if not isinstance(outcome, InProgress) or left <= 0:
                 return outcome
@@ -184,71 +166,62 @@ class IdempotencyStore:
 
     def complete(self, claim: Started, response: str) -> bool:
         """Record the answer of a claimed key; False when another request completed it first."""
-        now = self._clock()
-        with self._write() as conn:
-            cur = conn.execute(
-                "UPDATE idempotency SET state = ?, response = ?, updated_at = ? "
-                "WHERE tenant = ? AND key = ? AND state = ?",
-                (COMPLETED, response, now, claim.tenant, claim.key, IN_PROGRESS),
-            )
-            done = cur.rowcount > 0
+        i = self._i.c
+        stmt = (sa.update(self._i)
+                .where(i.tenant == claim.tenant, i.key == claim.key, i.state == IN_PROGRESS)
+                .values(state=COMPLETED, response=response, updated_at=self._clock()))
+        done = self._db.transact("record an answer",
+                                 lambda conn: conn.execute(stmt).rowcount > 0)
         self._release(claim)
-        return done
+        return bool(done)
 
     def forget(self, claim: Started) -> None:
         """Drop a claim whose request failed, so a retry runs it again (completed rows stay)."""
-        with self._write() as conn:
-            conn.execute(
-                "DELETE FROM idempotency WHERE tenant = ? AND key = ? AND state = ? AND owner = ?",
-                (claim.tenant, claim.key, IN_PROGRESS, claim.owner),
-            )
+        i = self._i.c
+        stmt = sa.delete(self._i).where(i.tenant == claim.tenant, i.key == claim.key,
+                                        i.state == IN_PROGRESS, i.owner == claim.owner)
+        self._db.transact("drop a claim", lambda conn: conn.execute(stmt))
         self._release(claim)
 
-    def _try_begin(self, tenant: str, key: str, body_hash: str, user_id: str | None) -> Outcome:
-        now = self._clock()
-        with self._write() as conn:
-            self._maybe_sweep(conn, now)
-            row = conn.execute(
-                "SELECT body_hash, state, response, created_at, updated_at FROM idempotency "
-                "WHERE tenant = ? AND key = ?",
-                (tenant, key),
-            ).fetchone()
+    def _try_begin(self, conn: Connection, tenant: str, key: str, body_hash: str,
+                   user_id: str | None) -> Outcome:
+        now, i = self._clock(), self._i.c
+        this = sa.and_(i.tenant == tenant, i.key == key)
+        self._maybe_sweep(conn, now)
+        claim = Started(tenant, key, f"{self._host}:{self._pid}:{uuid.uuid4().hex}")
+        while True:  # twice at most: a row another replica inserted meanwhile is read next
+            row = conn.execute(sa.select(i.body_hash, i.state, i.response, i.created_at,
+                                         i.updated_at).where(this).with_for_update()).first()
             if row is not None and row[3] <= now - self.ttl_s:
-                conn.execute("DELETE FROM idempotency WHERE tenant = ? AND key = ?", (tenant, key))
+                conn.execute(sa.delete(self._i).where(this))
                 row = None
-            claim = Started(tenant, key, f"{self._host}:{self._pid}:{uuid.uuid4().hex}")
-            if row is None:
-                conn.execute(
-                    "INSERT INTO idempotency (tenant, key, body_hash, state, owner, created_at, "
-                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (tenant, key, body_hash, IN_PROGRESS, claim.owner, now, now),
-                )
+            if row is not None:
+                break
+            inserted = conn.execute(self._db.insert(self._i).values(
+                tenant=tenant, key=key, body_hash=body_hash, state=IN_PROGRESS,
+                owner=claim.owner, created_at=now, updated_at=now,
+            ).on_conflict_do_nothing(index_elements=["tenant", "key"]).returning(i.key)).first()
+            if inserted is not None:
                 self._record_user(conn, tenant, key, user_id)
-            elif row[0] != body_hash:
-                return Conflict()
-            elif row[1] == COMPLETED:
-                return Existing(row[2])
-            elif row[4] <= now - self.lease_s:  # abandoned: its process died or hung
-                log.warning("idempotency key of tenant %s: taking over a claim of %.0f s", tenant,
-                            now - row[4])
-                conn.execute(
-                    "UPDATE idempotency SET owner = ?, updated_at = ? WHERE tenant = ? AND key = ?",
-                    (claim.owner, now, tenant, key),
-                )
-                self._record_user(conn, tenant, key, user_id)
-            else:
-                return InProgress()
-        with self._lock:
-            self._claims.add((claim.tenant, claim.key, claim.owner))
+                return claim
+        if row[0] != body_hash:
+            return Conflict()
+        if row[1] == COMPLETED:
+            return Existing(row[2])
+        if row[4] > now - self.lease_s:
+            return InProgress()
+        # abandoned: its process died or hung
+        log.warning("idempotency key of tenant %s: taking over a claim of %.0f s", tenant,
+                    now - row[4])
+        conn.execute(sa.update(self._i).where(this).values(owner=claim.owner, updated_at=now))
+        self._record_user(conn, tenant, key, user_id)
         return claim
 
-    @staticmethod
-    def _record_user(conn: sqlite3.Connection, tenant: str, key: str, user_id: str | None) -> None:
+    def _record_user(self, conn: Connection, tenant: str, key: str, user_id: str | None) -> None:
         if user_id is not None:
-            conn.execute(
-                "INSERT OR REPLACE INTO idempotency_users (tenant, key, user_id) VALUES (?, ?, ?)",
-                (tenant, key, user_id),
-            )
+            stmt = self._db.insert(self._u).values(tenant=tenant, key=key, user_id=user_id)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["tenant", "key"],
+                                                    set_={"user_id": stmt.excluded.user_id}))
 
     # --------------------------------------------------------------- erasure
     def erase_user(self, user_id: str, *, include_unattributed: bool = True) -> int:
@@ -256,27 +229,22 @@ class IdempotencyStore:
         the tenant's keys that name no user (older rows); returns how many. Idempotent."""
         uid = validate_user_id(user_id)
         tenant, sep, _ = uid.partition(SEPARATOR)
-        sql = (
-            "DELETE FROM idempotency WHERE (tenant, key) IN "
-            "(SELECT tenant, key FROM idempotency_users WHERE user_id = ?)"
-        )
-        args = [uid]
+        i, u = self._i.c, self._u.c
+        which: Any = sa.tuple_(i.tenant, i.key).in_(
+            sa.select(u.tenant, u.key).where(u.user_id == uid))
         if include_unattributed and sep:
-            sql += (
-                " OR (tenant = ? AND NOT EXISTS (SELECT 1 FROM idempotency_users u "
-                "WHERE u.tenant = idempotency.tenant AND u.key = idempotency.key))"
-            )
-            args.append(tenant)
-        return self._erase(sql, args)
+            which = sa.or_(which, sa.and_(i.tenant == tenant, ~sa.exists().where(
+                u.tenant == i.tenant, u.key == i.key)))
+        return self._erase(which)
 
     def erase_tenant(self, tenant: str) -> int:
         """Delete every row of ``tenant``; returns how many. Idempotent."""
         validate_tenant(tenant)
-        return self._erase("DELETE FROM idempotency WHERE tenant = ?", [tenant])
+        return self._erase(self._i.c.tenant == tenant)
 
-    def _erase(self, sql: str, args: list[str]) -> int:
-        with self._write() as conn:
-            deleted = conn.execute(sql, args).rowcount
+    def _erase(self, which: Any) -> int:
+        deleted = self._db.transact("erase idempotency keys", lambda conn: conn.execute(
+            sa.delete(self._i).where(which)).rowcount)
         with self._changed:  # waiting duplicates look again (and may claim the key anew)
             self._generation += 1
             self._changed.notify_all()
@@ -285,39 +253,34 @@ class IdempotencyStore:
     # --------------------------------------------------------------- upkeep
     def sweep(self) -> int:
         """Delete rows older than ``ttl_s``; returns how many."""
-        with self._write() as conn:
-            return self._sweep(conn, self._clock())
+        return self._db.transact("sweep idempotency keys",
+                                 lambda conn: self._sweep(conn, self._clock()))
 
-    def _maybe_sweep(self, conn: sqlite3.Connection, now: float) -> None:
+    def _maybe_sweep(self, conn: Connection, now: float) -> None:
         if now - self._last_sweep >= self._sweep_every_s:
             self._sweep(conn, now)
 
-    def _sweep(self, conn: sqlite3.Connection, now: float) -> int:
+    def _sweep(self, conn: Connection, now: float) -> int:
         self._last_sweep = now
-        cur = conn.execute("DELETE FROM idempotency WHERE created_at <= ?", (now - self.ttl_s,))
-        return cur.rowcount
+        return int(conn.execute(sa.delete(self._i).where(
+            self._i.c.created_at <= now - self.ttl_s)).rowcount)
 
-    def _drop_dead_claims(self, conn: sqlite3.Connection) -> None:
+    def _drop_dead_claims(self, conn: Connection) -> None:
         """Claims of processes on this host that no longer run (a restart): a retry need not
         wait for their lease."""
-        rows = conn.execute(
-            "SELECT tenant, key, owner FROM idempotency WHERE state = ?", (IN_PROGRESS,)
-        ).fetchall()
-        for tenant, key, owner in rows:
-            host, _, rest = owner.partition(":")
-            pid = rest.partition(":")[0]
-            if host == self._host and pid.isdigit() and not _alive(int(pid)):
-                conn.execute(
-                    "DELETE FROM idempotency WHERE tenant = ? AND key = ? AND owner = ?",
-                    (tenant, key, owner),
-                )
+        i = self._i.c
+        rows = conn.execute(sa.select(i.tenant, i.key, i.owner).where(
+            i.state == IN_PROGRESS, i.owner.startswith(f"{self._host}:", autoescape=True)))
+        for tenant, key, owner in rows.all():
+            pid = owner[len(self._host) + 1:].partition(":")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                conn.execute(sa.delete(self._i).where(i.tenant == tenant, i.key == key,
+                                                      i.owner == owner))
 
     def counts(self) -> dict[str, int]:
         """Rows by state (health, tests)."""
-        with self._lock:
-            rows = self._connection().execute(
-                "SELECT state, count(*) FROM idempotency GROUP BY state"
-            ).fetchall()
+        i = self._i.c
+        rows = self._db.read(sa.select(i.state, sa.func.count()).group_by(i.state))
         return {IN_PROGRESS: 0, COMPLETED: 0, **{s: int(n) for s, n in rows}}
 
     # ------------------------------------------------------------- internals
@@ -328,28 +291,18 @@ class IdempotencyStore:
             self._generation += 1
             self._changed.notify_all()
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, write_transaction(self._connection(), self.path) as conn:
-            yield conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise JournalError(f"idempotency table in {self.path} is closed")
-        return self._conn
-
     def close(self) -> None:
         """Drop this store's open claims (their requests will not complete), then close."""
+        if self._db.closed:
+            return
         with self._lock:
-            if self._conn is None:
-                return
-            for tenant, key, owner in list(self._claims):
-                try:
-                    self.forget(Started(tenant, key, owner))
-                except JournalError:
-                    log.exception("idempotency: could not drop an open claim")
-            self._conn.close()
-            self._conn = None
+            open_claims = list(self._claims)
+        for tenant, key, owner in open_claims:
+            try:
+                self.forget(Started(tenant, key, owner))
+            except JournalError:
+                log.exception("idempotency: could not drop an open claim")
+        self._db.close()
 
     def __enter__(self) -> IdempotencyStore:
         return self

@@ -36,7 +36,7 @@ newest ``PENDING_EMBED`` of them get a dense score (the older ones are scored by
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -51,7 +51,8 @@ from memroute.journal.pending_scoring import (
     embed_batch,
     fuse_with_pending,
 )
-from memroute.journal.sqlite_journal import Journal, JournalEntry
+from memroute.journal.protocol import TurnJournal
+from memroute.journal.records import JournalEntry
 from memroute.memory.supersession import apply_policy, marks_for
 from memroute.text.tokenize import tokenize
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
@@ -64,6 +65,19 @@ DEFAULT_MAX_PENDING = 3
 class Retriever(Protocol):
     def retrieve_many(
         self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None
+    ) -> list[list[RetrievalHit]]: ...
+
+
+@runtime_checkable
+class VectorRetriever(Protocol):
+    """A retriever that says which texts it embeds for its queries and takes them embedded
+    (:class:`~memroute.retrieval.retriever.HybridRetriever`): the query vectors are shared."""
+
+    def dense_queries(self, user_ids: Sequence[str], queries: Sequence[str]) -> list[str]: ...
+
+    def retrieve_many(
+        self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None,
+        vectors: np.ndarray | None = None,
     ) -> list[list[RetrievalHit]]: ...
 
 
@@ -104,7 +118,7 @@ class JournaledRetriever:
     def __init__(
         self,
         retriever: Retriever,
-        journal: Journal,
+        journal: TurnJournal,
         *,
         default_top_k: int | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
@@ -129,6 +143,8 @@ class JournaledRetriever:
         )
         self.encoder: Encoder | None = encoder if self.cfg is not None else None
         self.vectors = VectorCache(cache_size)
+        # decided once: whether the wrapped retriever takes the query vectors embedded here
+        self.vector_retriever = retriever if isinstance(retriever, VectorRetriever) else None
 
     def forget_user(self, user_id: str) -> int:
         """Erasure: drop the user's pending-pair vectors (the journal rows go in the journal)."""
@@ -147,8 +163,9 @@ class JournaledRetriever:
     def dense_queries(self, user_ids: Sequence[str], queries: Sequence[str]) -> list[str]:
         """The texts the wrapped retriever embeds for ``queries`` (the queries themselves when
         it does not say): a caller that embeds them passes the rows back as ``vectors=``."""
-        dense = getattr(self.retriever, "dense_queries", None)
-        return list(dense(user_ids, queries)) if dense is not None else list(queries)
+        if self.vector_retriever is None:
+            return list(queries)
+        return list(self.vector_retriever.dense_queries(user_ids, queries))
 
     def retrieve_many(
         self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None,
@@ -165,7 +182,7 @@ class JournaledRetriever:
             for uid in dict.fromkeys(user_ids)
         }
         k = self.default_top_k if top_k is None else top_k
-        shared = hasattr(self.retriever, "dense_queries")
+        shared = self.vector_retriever is not None
         given = {"vectors": vectors} if shared and vectors is not None else {}
         if vectors is not None and len(vectors) != len(user_ids):
             raise InvalidRequest(f"{len(vectors)} vectors for {len(user_ids)} queries",

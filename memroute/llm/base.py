@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from memroute.llm.options import GenerationOptions
 from memroute.types import Message, ModelReply
@@ -21,6 +21,10 @@ class Backend(Protocol):
     ``options`` (:mod:`memroute.llm.options`): top_p, seed, penalties, token log-probs for the
     client, tools. With tools offered, a reply that calls them has ``tool_calls`` set and
     ``finish_reason == "tool_calls"``; its log-probs cover the call's tokens.
+
+    ``stream`` generates one answer piece by piece as the engine produces it (the text
+    increments, then the complete :class:`ModelReply`, as ``generate`` would return it): the
+    tier that answers a streaming request for sure streams live (:mod:`memroute.routing.live`).
     """
 
     model_id: str
@@ -44,6 +48,16 @@ class Backend(Protocol):
         temperature: float = 0.0,
         options: GenerationOptions | None = None,
     ) -> list[ModelReply]: ...
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        temperature: float = 0.0,
+        options: GenerationOptions | None = None,
+    ) -> Iterator[str | ModelReply]: ...
 
     def count_tokens(
         self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] = (),

@@ -2,7 +2,7 @@
 
 Why: the Router, the Serve app and the benchmarks can then run end to end in seconds without
 model weights, and a test decides cascade escalation through the log-probs it configures (as
-Ray Serve LLM's mock engine does). Replies follow the conventions of :mod:`memroute.llm.chat`:
+Ray Serve LLM's mock engine does). Replies follow the conventions of :mod:`memroute.llm.replies`:
 ``completion_tokens == len(logprobs)``, ``alt_logprobs <= logprobs``, and ``count_tokens`` equals
 ``prompt_tokens`` because both go through :func:`~memroute.llm.chat.chat_prompt_ids`.
 
@@ -43,17 +43,16 @@ from typing import Any
 
 from memroute.errors import BackendUnavailable, ConfigError, InvalidRequest
 from memroute.llm.chat import (
-    StreamText,
-    apply_tool_calls,
     chat_prompt_ids,
-    cut_at_stop,
     options_tools,
     render_tool_call,
     template_inputs,
     text_token_count,
-    to_chat_dicts,
 )
+from memroute.llm.messages import to_chat_dicts
 from memroute.llm.options import GenerationOptions
+from memroute.llm.replies import apply_tool_calls, cut_at_stop
+from memroute.llm.streaming import StreamText
 from memroute.llm.tool_calls import tool_names
 from memroute.types import Message, ModelReply
 

@@ -2,7 +2,7 @@
 
 Requests ``logprobs: true, top_logprobs: 2`` and reads ``choices[0].logprobs.content[]``. Reply
 conventions (EOS and stop-string tokens excluded, ``completion_tokens == len(logprobs)``):
-:mod:`memroute.llm.chat`. vLLM reports every generated token, the end-of-sequence token included,
+:mod:`memroute.llm.replies`. vLLM reports every generated token, the end-of-sequence token included,
 and says why it stopped in ``stop_reason`` (None = EOS, an int = a stop token, a string = a stop
 string); that field is used when present.
 
@@ -34,20 +34,16 @@ from typing import Any
 
 from memroute.errors import BackendError, InvalidRequest
 from memroute.llm.chat import (
-    StreamText,
-    alt_logprob,
-    apply_tool_calls,
     chat_prompt_ids,
     template_inputs,
     template_supports_tools,
     text_token_count,
-    to_chat_dicts,
-    token_starts,
-    tokens_before,
     tools_rendered,
-    top_n,
 )
+from memroute.llm.messages import to_chat_dicts
 from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
+from memroute.llm.replies import alt_logprob, apply_tool_calls, token_starts, tokens_before, top_n
+from memroute.llm.streaming import StreamText
 from memroute.llm.tool_calls import arguments_text, new_call_id
 from memroute.types import Message, ModelReply, ToolCall
 

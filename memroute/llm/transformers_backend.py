@@ -3,7 +3,7 @@
 Loads a converted safetensors folder (``AssetStore.hf_folder``), never the GGUF itself: GGUF
 dequantization at every load is slow. Per-token log-probs are ``log_softmax`` of the raw logits
 of each generated step (``output_logits=True``), so they match vLLM's default raw log-probs.
-See :mod:`memroute.llm.chat` for the conventions shared by all back ends.
+See :mod:`memroute.llm.replies` for the conventions shared by all back ends.
 
 :class:`~memroute.llm.options.GenerationOptions`: ``top_p`` applies when sampling
 (``temperature > 0``); ``seed`` makes sampling reproducible per prompt (each seeded prompt runs
@@ -28,16 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from memroute.errors import AssetError, BackendError, InvalidRequest
-from memroute.llm.chat import (
-    StreamText,
-    apply_tool_calls,
-    chat_prompt_ids,
-    cut_at_stop,
-    options_tools,
-    text_token_count,
-    top_n,
-)
+from memroute.llm.chat import chat_prompt_ids, options_tools, text_token_count
 from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
+from memroute.llm.replies import apply_tool_calls, cut_at_stop, top_n
+from memroute.llm.streaming import StreamText
 from memroute.types import Message, ModelReply
 
 _DTYPES = ("float32", "bfloat16", "float16")

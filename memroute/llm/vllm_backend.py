@@ -5,7 +5,7 @@ The same code serves the CPU stand-ins and the GPU presets: everything engine-sp
 passed through ``engine_args``. Prompts are rendered here with
 :func:`~memroute.llm.chat.chat_prompt_ids` (the same ids ``count_tokens`` counts, tools included)
 and ``generate_many`` hands the whole batch of token prompts to one ``LLM.generate`` call, so the
-engine batches it. Reply conventions: :mod:`memroute.llm.chat`.
+engine batches it. Reply conventions: :mod:`memroute.llm.replies`.
 
 :class:`~memroute.llm.options.GenerationOptions`: ``top_p``, ``seed``, ``presence_penalty`` and
 ``frequency_penalty`` go to ``SamplingParams``; ``logprobs`` asks the engine for
@@ -43,17 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from memroute.errors import AssetError, BackendError, InvalidRequest
-from memroute.llm.chat import (
-    StreamText,
-    alt_logprob,
-    apply_tool_calls,
-    chat_prompt_ids,
-    cut_at_stop,
-    options_tools,
-    text_token_count,
-    top_n,
-)
+from memroute.llm.chat import chat_prompt_ids, options_tools, text_token_count
 from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
+from memroute.llm.replies import alt_logprob, apply_tool_calls, cut_at_stop, top_n
+from memroute.llm.streaming import StreamText
 from memroute.types import Message, ModelReply
 
 CPU_ENV_DEFAULTS = {

@@ -24,6 +24,7 @@ MAX_TEXT = 8192
 MAX_USER_ID = 128
 MAX_SESSION_ID = 256
 MAX_SOURCE_MODEL = 256
+READ_BATCH = 1000  # rows per query-iterator page, and ids per lookup
 
 # gRPC's "never" for a keepalive interval (INT_MAX ms).
 NO_KEEPALIVE_MS = 2**31 - 1

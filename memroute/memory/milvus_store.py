@@ -3,79 +3,48 @@
 One collection holds every user; ``user_id`` is the partition key, and every read carries a
 user filter built by :mod:`memroute.memory.filters` (validated id, template parameters or a
 checked literal), so a request can only ever see its own user's rows.
+
+This class is the :class:`~memroute.memory.base.MemoryStore` API over one collection; setting it
+up is :mod:`.milvus_collection`, the write path :mod:`.milvus_writes`, rows and reads' helpers
+:mod:`.milvus_rows`, Milvus' full-text search :mod:`.milvus_fulltext`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memroute.config.schema import MemoryConfig, is_server_uri
-from memroute.errors import BackendError, ConfigError, InvalidRequest
-from memroute.memory import filters, milvus_fulltext
+from memroute.errors import BackendError, InvalidRequest
+from memroute.memory import filters, milvus_collection, milvus_fulltext, milvus_writes
 from memroute.memory.base import UserRows
 from memroute.memory.milvus_builds import upsert_keeps_partition_key
-from memroute.memory.milvus_rows import MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT  # noqa: F401 - re-exported
-from memroute.memory.milvus_rows import (ReadBreaker, client_options, delete_count, query_pages,
-                                         read_consistency, reloading, tenant_scan_filter,
-                                         turn_pair_schema)
+from memroute.memory.milvus_collection import LEGACY_FIELDS, OUTPUT_FIELDS, search_params
+from memroute.memory.milvus_rows import (MAX_TEXT, READ_BATCH, ReadBreaker, delete_count,
+                                         query_pages, read_consistency, reloading,
+                                         tenant_scan_filter)
 from memroute.memory.milvus_rows import check_varchar as _check_varchar
 from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
 from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
-from memroute.memory.milvus_writes import WRITE_BATCH, check_vectors, row_for, write_rows
+from memroute.memory.milvus_writes import WRITE_BATCH, check_vectors, pair_rows, write_rows
 from memroute.types import Memory, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
 
 
-READ_BATCH = 1000  # rows per query-iterator page
 MAX_SEARCH_LIMIT = 16384  # Milvus' top-k ceiling
 QUERY_WINDOW = 16384  # rows one plain query may return (Milvus' offset + limit ceiling)
-
-INDEX_PARAMS: dict[str, dict[str, Any]] = {
-    "FLAT": {},
-    "IVF_FLAT": {"nlist": 128},
-    "HNSW": {"M": 16, "efConstruction": 200},
-    "AUTOINDEX": {},
-}
-# Scores are cosine similarities; IP equals cosine on the encoder's L2-normalized vectors.
-METRICS = ("COSINE", "IP")
-LEGACY_FIELDS = ["id", "user_id", "text", "session_id", "turn_index", "session_time",
-                 "source_model", "created_at"]
-SUPERSESSION_FIELDS = ["superseded_by", "valid_until"]
-OUTPUT_FIELDS = [*LEGACY_FIELDS, *SUPERSESSION_FIELDS]
 
 
 class MilvusMemoryStore:
     """:class:`~memroute.memory.base.MemoryStore` on pymilvus' ``MilvusClient``."""
 
     def __init__(self, cfg: MemoryConfig, dim: int) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ConfigError(
-                f"embedding dim must be a positive integer, got {dim!r}", field="embedder.dim"
-            )
-        index_type = cfg.index_type.upper()
-        if index_type not in INDEX_PARAMS:
-            raise ConfigError(
-                f"Unknown index_type {cfg.index_type!r}. Available: {', '.join(INDEX_PARAMS)}",
-                field="memory.index_type",
-            )
-        metric = cfg.metric.upper()
-        if metric not in METRICS:
-            raise ConfigError(
-                f"metric {cfg.metric!r} is not supported: scores are cosine similarities, "
-                f"use one of {', '.join(METRICS)}",
-                field="memory.metric",
-            )
-        if cfg.num_partitions < 1:
-            raise ConfigError("num_partitions must be >= 1", field="memory.num_partitions")
-        if not cfg.collection:
-            raise ConfigError("collection must not be empty", field="memory.collection")
+        index_type, metric = milvus_collection.check_settings(cfg, dim)
         self._consistency = read_consistency(cfg.read_consistency, is_server_uri(cfg.uri))
 
         self.cfg = cfg
@@ -88,19 +57,26 @@ class MilvusMemoryStore:
         # flusher's: off the request path, retried) may take longer than reads.
         self._timeout_s, self._write_timeout_s = cfg.timeout_s, cfg.write_timeout_s
         self._breaker = ReadBreaker(pause_s=cfg.timeout_s)
-        self._client = self._connect(cfg)
+        self.uri = milvus_collection.resolved_uri(cfg)
+        self._client = milvus_collection.open_client(cfg, self.uri)
         self._closed = False
         # Collections made before supersession lack its two fields: they keep working, unmarked.
         self.supersession, self._fields = True, OUTPUT_FIELDS
         try:
             self._upsert_ok = upsert_keeps_partition_key(self._client.get_server_version())
             if self._client.has_collection(self.collection):
-                self._check_existing_schema()
+                if not milvus_collection.check_existing(
+                        self._client, self.collection, dim=dim,
+                        bm25_function=self.bm25_function, uri=self.uri):
+                    self.supersession, self._fields = False, LEGACY_FIELDS
             else:
-                self._create_collection()
+                milvus_collection.create(self._client, cfg, dim=dim, index_type=index_type,
+                                         metric=metric, bm25_function=self.bm25_function,
+                                         uri=self.uri)
             # Reopened collections are not searchable until loaded.
             self._client.load_collection(self.collection)
-            self._templates = self._probe_filter_templates()
+            self._templates = milvus_collection.supports_filter_templates(self._client,
+                                                                          self.collection)
         except Exception:
             self.close()
             raise
@@ -109,103 +85,7 @@ class MilvusMemoryStore:
             self.uri, self.collection, dim, self._templates,
         )
 
-    # ------------------------------------------------------------------ setup
-    def _connect(self, cfg: MemoryConfig) -> Any:
-        from pymilvus import MilvusClient
-        from pymilvus.exceptions import MilvusException
-
-        if is_server_uri(cfg.uri):
-            self.uri = cfg.uri
-        else:
-            path = Path(cfg.uri).expanduser().resolve()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.uri = str(path)
-        try:
-            return MilvusClient(uri=self.uri, token=cfg.token, timeout=cfg.timeout_s,
-                                **client_options(self.uri))
-        except MilvusException as exc:
-            hint = (
-                ""
-                if is_server_uri(cfg.uri)
-                else " A Milvus Lite file can be open in one process only; for several processes "
-                "run `milvus-lite server --data-dir DIR --host 127.0.0.1` and use its http:// URI."
-            )
-            raise BackendError(
-                f"cannot open Milvus at {self.uri}: {exc.message}.{hint}", field="memory.uri"
-            ) from exc
-
-    def _create_collection(self) -> None:
-        from pymilvus.exceptions import MilvusException
-
-        if self.bm25_function:
-            milvus_fulltext.check_server_version(self._client.get_server_version())
-        schema = turn_pair_schema(self.dim, milvus_fulltext.text_field_params(self.bm25_function))
-        index = self._client.prepare_index_params()
-        index.add_index(
-            field_name="vector",
-            index_type=self._index_type,
-            metric_type=self._metric,
-            params=INDEX_PARAMS[self._index_type],
-        )
-        if self.bm25_function:
-            milvus_fulltext.add_bm25(schema, index)
-        try:
-            self._client.create_collection(
-                self.collection,
-                schema=schema,
-                index_params=index,
-                num_partitions=self.cfg.num_partitions,
-                # A turn-pair written by one request must be visible to the next one.
-                consistency_level="Strong",
-            )
-        except MilvusException as exc:
-            if self.bm25_function:  # a server without sparse vectors / BM25 functions
-                raise milvus_fulltext.unsupported(exc, self.uri) from exc
-            raise
-
-    def _check_existing_schema(self) -> None:
-        desc = self._client.describe_collection(self.collection)
-        fields = {f["name"]: f for f in desc.get("fields", [])}
-        missing = [n for n in [*LEGACY_FIELDS, "vector"] if n not in fields]
-        if missing:
-            raise ConfigError(
-                f"collection {self.collection!r} at {self.uri} is not a memroute collection "
-                f"(missing fields {missing}); choose another memory.collection",
-                field="memory.collection",
-            )
-        stored_dim = int(fields["vector"].get("params", {}).get("dim", -1))
-        if stored_dim != self.dim:
-            raise ConfigError(
-                f"collection {self.collection!r} at {self.uri} stores {stored_dim}-dim vectors but "
-                f"the encoder produces {self.dim}: use the embedder it was built with "
-                "(embedder.name / embedder.dim) or another memory.collection",
-                field="embedder.dim",
-            )
-        milvus_fulltext.check_schema(desc, self.bm25_function, self.collection, self.uri)
-        if any(n not in fields for n in SUPERSESSION_FIELDS):
-            log.warning("collection %s at %s predates supersession (no %s): superseded pairs "
-                        "are not marked there; re-ingest into a new memory.collection for it",
-                        self.collection, self.uri, " / ".join(SUPERSESSION_FIELDS))
-            self.supersession, self._fields = False, LEGACY_FIELDS
-
-    def _probe_filter_templates(self) -> bool:
-        """True if the server honours ``filter_params`` (Milvus >= 2.5); Lite 3.2.2 does not."""
-        from pymilvus.exceptions import MilvusException
-
-        expr, params = filters.user_filter("probe")
-        with _quiet_pymilvus():
-            try:
-                self._client.query(
-                    self.collection,
-                    filter=expr,
-                    filter_params=params,
-                    output_fields=["id"],
-                    limit=1,
-                )
-            except MilvusException:
-                return False
-        return True
-
+    # ---------------------------------------------------------------- filters
     def _filter_kwargs(self, flt: filters.Filter) -> dict[str, Any]:
         expr, params = flt
         if self._templates:
@@ -225,13 +105,7 @@ class MilvusMemoryStore:
         """
         self._check_open()
         vecs = check_vectors(vectors, len(pairs), self.dim, field="vectors")
-        rows: dict[int, dict[str, Any]] = {}
-        for pair, vec in zip(pairs, vecs):
-            # Later duplicates win: Milvus refuses duplicate keys inside one upsert request.
-            rows[pair.id] = row_for(pair, vec)
-        batch = list(rows.values())
-        if not self.supersession:
-            batch = [{k: v for k, v in r.items() if k not in SUPERSESSION_FIELDS} for r in batch]
+        batch = pair_rows(pairs, vecs, supersession=self.supersession)
         write_rows(self._client, self.collection, batch, timeout=self._write_timeout_s,
                    mode="insert" if known_new else "upsert" if self._upsert_ok else "replace")
         if len(batch) >= WRITE_BATCH:
@@ -246,19 +120,11 @@ class MilvusMemoryStore:
         validate_user_id(user_id)
         if not marks or not self.supersession:
             return 0
-        rows: list[dict[str, Any]] = []
-        wanted = list(marks)
-        for start in range(0, len(wanted), READ_BATCH):
-            flt = filters.ids_filter(user_id, wanted[start : start + READ_BATCH])
-            rows += self._client.query(self.collection, output_fields=[*self._fields, "vector"],
-                                       timeout=self._timeout_s, **self._filter_kwargs(flt))
-        for row in rows:
-            row["superseded_by"], row["valid_until"] = (int(x) for x in marks[int(row["id"])])
-            row["vector"] = [float(x) for x in row["vector"]]
-        write_rows(self._client, self.collection, [dict(r) for r in rows],
-                   timeout=self._write_timeout_s,
-                   mode="upsert" if self._upsert_ok else "replace")
-        return len(rows)
+        return milvus_writes.mark_superseded(
+            self._client, self.collection, user_id, marks, fields=self._fields,
+            filter_kwargs=self._filter_kwargs, timeout=self._timeout_s,
+            write_timeout=self._write_timeout_s,
+            mode="upsert" if self._upsert_ok else "replace")
 
     def ping(self) -> None:
         """Raise unless the store answers (a cheap call: health checks, the flusher's probe)."""
@@ -294,7 +160,8 @@ class MilvusMemoryStore:
             anns_field="vector",
             limit=limit,
             output_fields=self._fields,
-            search_params={"metric_type": self._metric, "params": self._search_params(limit)},
+            search_params={"metric_type": self._metric,
+                           "params": search_params(self._index_type, limit)},
             timeout=self._timeout_s,
             **self._filter_kwargs(flt), **self._consistency,
         ))
@@ -329,7 +196,8 @@ class MilvusMemoryStore:
         hits = milvus_fulltext.hybrid_hits(
             self._client, self.collection, vector=vec.tolist(), query=query, limit=limit,
             candidate_k=candidate_k, rrf_k=rrf_k,
-            dense_params={"metric_type": self._metric, "params": self._search_params(candidate_k)},
+            dense_params={"metric_type": self._metric,
+                          "params": search_params(self._index_type, candidate_k)},
             filter_kwargs=self._filter_kwargs(flt), output_fields=self._fields,
         )
         return [(_memory(entity, pk), score) for entity, pk, score in hits]
@@ -348,13 +216,6 @@ class MilvusMemoryStore:
             raise InvalidRequest("query must be a non-empty string", field="query")
         _check_varchar(query, MAX_TEXT, "query")
         return flt
-
-    def _search_params(self, limit: int) -> dict[str, Any]:
-        if self._index_type == "HNSW":
-            return {"ef": max(64, limit)}
-        if self._index_type == "IVF_FLAT":
-            return {"nprobe": 16}
-        return {}
 
     def list_user(self, user_id: str) -> list[Memory]:
         """Every memory of one user, oldest session first (paged: users may exceed 16384 rows)."""

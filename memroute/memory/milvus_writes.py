@@ -12,20 +12,25 @@ Three request forms, chosen by the store (``mode``):
   only a caller that looked the ids up may ask for it. A bulk ingest's writer actor that Ray
   restarted (``was_current_actor_reconstructed``) gets the block it held again, perhaps half
   written: it upserts instead (``pipelines.ingest.WriteBatch``).
+
+Supersession marks (:func:`mark_superseded`) rewrite the marked rows whole, vectors included:
+Milvus has no partial update before 2.6.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from memroute.errors import InvalidRequest
+from memroute.memory import filters
 from memroute.memory.milvus_builds import replace_rows
-from memroute.memory.milvus_rows import (MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT, check_varchar,
-                                         is_int, stored_text)
+from memroute.memory.milvus_collection import SUPERSESSION_FIELDS
+from memroute.memory.milvus_rows import (MAX_SESSION_ID, MAX_SOURCE_MODEL, MAX_TEXT, READ_BATCH,
+                                         check_varchar, is_int, stored_text)
 from memroute.types import TurnPair, validate_user_id
 
 WRITE_BATCH = 1000  # rows per write request
@@ -74,6 +79,40 @@ def row_for(pair: TurnPair, vec: np.ndarray) -> dict[str, Any]:
         "valid_until": 0,
         "vector": vec.tolist(),
     }
+
+
+def pair_rows(pairs: Sequence[TurnPair], vectors: np.ndarray, *,
+              supersession: bool) -> list[dict[str, Any]]:
+    """The checked rows of ``pairs`` (``vectors`` row for row), one per id; without the
+    supersession fields for a collection that predates them."""
+    rows: dict[int, dict[str, Any]] = {}
+    for pair, vec in zip(pairs, vectors):
+        # Later duplicates win: Milvus refuses duplicate keys inside one upsert request.
+        rows[pair.id] = row_for(pair, vec)
+    batch = list(rows.values())
+    if not supersession:
+        batch = [{k: v for k, v in r.items() if k not in SUPERSESSION_FIELDS} for r in batch]
+    return batch
+
+
+def mark_superseded(client: Any, collection: str, user_id: str,
+                    marks: Mapping[int, tuple[int, int]], *, fields: list[str],
+                    filter_kwargs: Callable[[filters.Filter], dict[str, Any]],
+                    timeout: float, write_timeout: float, mode: str) -> int:
+    """Rewrite ``user_id``'s rows ``{id: (superseded_by, valid_until)}`` with those marks (read
+    with their vectors in pages of :data:`READ_BATCH`, written back in the form ``mode``);
+    returns the rows marked, ids not stored skipped."""
+    rows: list[dict[str, Any]] = []
+    wanted = list(marks)
+    for start in range(0, len(wanted), READ_BATCH):
+        flt = filters.ids_filter(user_id, wanted[start : start + READ_BATCH])
+        rows += client.query(collection, output_fields=[*fields, "vector"], timeout=timeout,
+                             **filter_kwargs(flt))
+    for row in rows:
+        row["superseded_by"], row["valid_until"] = (int(x) for x in marks[int(row["id"])])
+        row["vector"] = [float(x) for x in row["vector"]]
+    write_rows(client, collection, [dict(r) for r in rows], timeout=write_timeout, mode=mode)
+    return len(rows)
 
 
 def check_vectors(vectors: np.ndarray, n: int, dim: int, *, field: str) -> np.ndarray:

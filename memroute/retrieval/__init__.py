@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from memroute.retrieval.bm25 import BM25Cache, BM25Index, MemoryIndex
+from memroute.retrieval.bm25 import BM25Index
+from memroute.retrieval.bm25_cache import BM25Cache, MemoryIndex
 from memroute.retrieval.fusion import FUSIONS, FusedHit, fuse, get_fusion
 from memroute.retrieval.retriever import STRATEGIES, HybridRetriever
 

@@ -3,7 +3,7 @@
 Milvus Lite answers a filtered vector search by scanning the rows in Python (120 ms p50 at 100
 users x 1,000 memories); a user's 1,000 x 384 float32 matrix is 1.5 MB and one matrix-vector
 product ranks it exactly in well under a millisecond. The cache entry that holds a user's BM25
-index (:class:`memroute.retrieval.bm25.BM25Cache`) holds these too, read in the same store
+index (:class:`memroute.retrieval.bm25_cache.BM25Cache`) holds these too, read in the same store
 round trip, kept in step by the retriever's writes, evicted with it under the same byte cap.
 Milvus stays the source of truth: an entry is rebuilt from it whenever in doubt.
 """

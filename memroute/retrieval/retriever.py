@@ -29,7 +29,8 @@ from memroute.memory.base import MemoryStore
 from memroute.memory.supersession import (POLICIES, apply_policy, as_update, marks_for,
                                           restated_marks)
 from memroute.namespace import validate_tenant
-from memroute.retrieval.bm25 import BM25Cache, LazyOverlap
+from memroute.retrieval.bm25 import LazyOverlap
+from memroute.retrieval.bm25_cache import BM25Cache
 from memroute.retrieval.context import add_session_context, focus_query
 from memroute.retrieval.fusion import FusedHit, get_fusion, get_score_norm
 from memroute.retrieval.rerank import RERANKERS, TokenEncoder

@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import ConfigError, InvalidRequest
-from memroute.llm.base import Backend
-from memroute.llm.options import GenerationOptions
 from memroute.memory.facts.types import Fact
 from memroute.retrieval.followup import FOLLOWUP_MODES, retrieval_query
 from memroute.routing.calibrator import Calibrator
@@ -43,15 +39,15 @@ from memroute.routing.decoding import (
 )
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
 from memroute.routing.isolation import Steps, keep
-from memroute.routing.live import live_result, streams
+from memroute.routing.live import LiveHooks, live_result, streams
 from memroute.routing.members import Pending, Prompt
+from memroute.routing.request import RouteRequest, Tier
 from memroute.routing.prompt import (build_messages, history_within, memory_layout,
                                      select_within_budget)
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
 from memroute.text.clip import clip_utf8
 from memroute.types import (
     CallRecord,
-    Message,
     ModelReply,
     RetrievalHit,
     RouteDecision,
@@ -70,41 +66,6 @@ class MemoryRetriever(Protocol):
     ) -> list[list[RetrievalHit]]: ...
 
     def remember(self, pairs: Sequence[TurnPair]) -> int: ...
-
-
-@dataclass
-class Tier:
-    """One rung of the cascade: a back end and how its tokens are priced."""
-
-    name: str
-    backend: Backend
-    pricing: Pricing
-    context_tokens: int | None = None  # the model's context window; None: history is not trimmed
-
-
-@dataclass
-class RouteRequest:
-    user_id: str
-    query: str
-    session_time: int | None = None  # epoch seconds; default: now
-    session_id: str | None = None
-    turn_index: int | None = None
-    system: str | None = None  # the client's system prompt; None: the router's own
-    history: tuple[Message, ...] = ()  # the client's earlier turns, oldest first
-    # After the question: the assistant's tool calls and their results (a tool loop's 2nd step).
-    tail: tuple[Message, ...] = ()
-    # The client's generation settings (memroute.routing.decoding); None: the router's.
-    max_tokens: int | None = None
-    temperature: float | None = None
-    stop: tuple[str, ...] | None = None
-    options: GenerationOptions | None = None
-    # Per-request controls (memroute.api.controls): remember this turn, read memory, pin a
-    # tier (None: the cascade), this request's tau (None: the router's).
-    store: bool = True
-    use_memory: bool = True
-    tier: int | None = None
-    tau: float | None = None
-    stream: bool = False  # the client streams: the tier that answers for sure streams its tokens
 
 
 def _identity(i: int) -> int:
@@ -319,8 +280,9 @@ class Router:
         pending, prompts = keep(pending, built, out, _index)
         members = []  # (pending, its prompt) per member; a live stream's member leaves here
         for p, pr in zip(pending, prompts):
-            if streams(t, last, requests[p.index], backend):
-                out[p.index] = live_result(self, t, tier, p, pr, requests[p.index])
+            if streams(t, last, requests[p.index]):
+                out[p.index] = live_result(t, tier, p, pr, self._live_hooks(
+                    t, tier, p, pr, requests[p.index]))
             else:
                 members.append((p, pr))
         replies = steps.batch(
@@ -398,6 +360,16 @@ class Router:
         return _result(reply, self._decision(t, backend.model_id, p, prompt), p, prompt)
 
     # -- streaming: memroute.routing.live -----------------------------------------------------
+
+    def _live_hooks(self, t: int, tier: Tier, p: Pending, prompt: Prompt,
+                    req: RouteRequest) -> LiveHooks:
+        store = self.cfg.store_answers and self.retriever is not None and req.store
+        return LiveHooks(
+            decision=self._decision(t, tier.backend.model_id, p, prompt),
+            judge=lambda reply: self._judge(t, tier, True, None, p, prompt, reply),
+            fallback=lambda: self._fallback(p),
+            remember=(lambda res: self._remember([self._turn_pair(req, res)])) if store else None,
+        )
 
     def _turn_pair(self, req: RouteRequest, res: RouteResult) -> TurnPair:
         now = time.time()

@@ -38,7 +38,6 @@ from memroute.journal.idempotency import (
     Conflict,
     Existing,
     IdempotencyConflict,
-    IdempotencyStore,
     InProgress,
     Started,
 )
@@ -91,13 +90,7 @@ class ServingCore:
         self.units = mem.units  # None: units off
         self.journal = build.journal(cfg.journal)
         self.facts = build.facts(served_facts_config(cfg))
-        # Idempotency-Key answers: the SQLite journal's file, or (a PostgreSQL journal) a
-        # SQLite file of this replica at journal.path
-        self.idempotency = IdempotencyStore(
-            cfg.journal.path if cfg.journal.url else self.journal.path,
-            ttl_s=cfg.journal.idempotency_ttl_s,
-            lease_s=cfg.journal.idempotency_lease_s,
-        )
+        self.idempotency = build.idempotency(cfg.journal)  # in the journal's database
         self._claims: dict[int, Started] = {}  # id(PreparedChat) -> its claim, until answered
         self._claims_lock = threading.Lock()
         self._last_store_flush = 0.0
@@ -108,11 +101,12 @@ class ServingCore:
         self.flusher = Flusher.from_config(self.journal, self._write_to_store, cfg.journal,
                                            on_erased=store_remover(self.store, self.retriever),
                                            probe_fn=getattr(self.store, "ping", None))
+        # read-your-writes over the journal; its pending-pair vectors are erased with the user
+        self.journaled = JournaledRetriever(self.retriever, self.journal, visible_after_s=(
+            cfg.journal.visible_after_s if is_server_uri(cfg.memory.uri) else 0.0))
         self.router = build.router(
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
-            JournaledRetriever(self.retriever, self.journal, visible_after_s=(
-                cfg.journal.visible_after_s if is_server_uri(cfg.memory.uri) else 0.0)),
-            facts=self.facts if cfg.facts.inject else None,
+            self.journaled, facts=self.facts if cfg.facts.inject else None,
         )
         self.memory_api = MemoryApi(cfg, facts=self.facts, journal=self.journal, store=self.store,
                                     turns=self.router.retriever, units=self.units,
@@ -358,10 +352,7 @@ class ServingCore:
     def _erasable_caches(self) -> list[Any]:
         """Per-user caches beside the retriever's BM25 (the read-your-writes vectors, the memory
         search's fact vectors); the extraction queue is in the fact store, erased with it."""
-        rywr = self.router.retriever
-        caches = [rywr] if hasattr(rywr, "forget_user") and rywr is not self.retriever else []
-        caches.append(self.search)
-        return caches
+        return [self.journaled, self.search]
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Block until every journaled pair is in Milvus (and flushed); tests and shutdown."""

@@ -6,10 +6,10 @@ own collection), the fact store, and derived caches (the in-process BM25 indexes
 search's fact vectors). :func:`erase_user` / :func:`erase_tenant`
 remove it from all of them, in an order that cannot bring it back:
 
-1. Journal (one fsync'd transaction, under :meth:`Journal.store_gate`): the tombstone with the
+1. Journal (one fsync'd transaction, under :meth:`TurnJournal.store_gate`): the tombstone with the
    boundary seq B, the deletion of the target's entries, and the audit row (counts so far,
    ``completed_at`` NULL). From here on no flusher and no read-your-writes read returns an
-   entry at or below B (the rule: see :mod:`memroute.journal.sqlite_journal`).
+   entry at or below B (the rule: see :mod:`memroute.journal.store`).
 2. Idempotency rows (stored answers; a request whose claim goes cannot record its answer).
 3. Milvus: delete by the exact user filter (a tenant: its users found by a prefix scan), then
    ``store.flush()``; then the facts and the units (``UnitIndex.erase_user``: its collection,
@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from memroute.journal.idempotency import IdempotencyStore
-from memroute.journal.sqlite_journal import AuditEntry, Journal, JournalErasure
+from memroute.journal.protocol import TurnJournal
+from memroute.journal.records import AuditEntry, JournalErasure
 from memroute.namespace import tenant_of, validate_tenant
 from memroute.types import TurnPair
 
@@ -76,7 +77,7 @@ class ErasureReport:
 
 def erase_user(
     store: ErasableStore,
-    journal: Journal,
+    journal: TurnJournal,
     idempotency: IdempotencyStore | None,
     retriever: UserCache | None,
     user_id: str,
@@ -104,7 +105,7 @@ def erase_user(
 
 def erase_tenant(
     store: ErasableStore,
-    journal: Journal,
+    journal: TurnJournal,
     idempotency: IdempotencyStore | None,
     retriever: UserCache | None,
     tenant: str,
@@ -131,7 +132,7 @@ def erase_tenant(
 def _erase(
     scope: str,
     target: str,
-    journal: Journal,
+    journal: TurnJournal,
     actor: str,
     gate_timeout_s: float,
     caches: Sequence[UserCache | None],
@@ -168,7 +169,7 @@ def _erase(
 
 
 def erasure_audit(
-    journal: Journal, limit: int = 100, *, target: str | None = None
+    journal: TurnJournal, limit: int = 100, *, target: str | None = None
 ) -> list[dict[str, Any]]:
     """The newest audit rows (who, when, scope, target, row counts; never content), newest first;
     ``completed`` is False for an erasure that did not finish (run it again)."""

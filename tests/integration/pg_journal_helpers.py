@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from memroute.journal.postgres_journal import PostgresJournal
+from memroute.journal import PostgresJournal
 from tests.journal_cases import opened_journals
 
 

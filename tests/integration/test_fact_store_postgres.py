@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from memroute.memory.facts import FactInput, FactStore
 from memroute.memory.facts.locks import user_lock_key
-from memroute.memory.facts.store import active_query
+from memroute.memory.facts.reads import active_query
 from tests.fact_cache_cases import FactCacheCases
 from tests.fact_store_cases import ALICE, FactStoreCases, bulk_load, race
 from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from memroute.config.journal import JournalConfig, check_journal_config
 from memroute.errors import ConfigError
 from memroute.journal import Flusher
-from memroute.journal.postgres_journal import PostgresJournal
+from memroute.journal import PostgresJournal
 from tests.integration.pg_journal_helpers import make_journal  # noqa: F401 (fixture)
 from tests.integration.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 from tests.journal_cases import pair
@@ -115,7 +115,7 @@ def test_two_serving_cores_share_one_postgres_journal(tmp_path, monkeypatch, pos
                     "messages": [{"role": "user", "content": f"note {k}: my locker is {k}"}]}
             assert call_like_ingress(core, body).status == 200
             assert isinstance(core.journal, PostgresJournal)
-            assert core.idempotency.path == (tmp_path / "unused.sqlite3").resolve()
+            assert core.idempotency.path == core.journal.path  # the shared database
         for core in cores:
             core.drain()
         stored = [p for core in cores for p in core.test_retriever.pairs]
@@ -125,3 +125,53 @@ def test_two_serving_cores_share_one_postgres_journal(tmp_path, monkeypatch, pos
     finally:
         for core in cores:
             core.close()
+
+
+def test_a_retry_on_the_other_replica_gets_the_first_answer_byte_for_byte(  # noqa: F811
+        tmp_path, monkeypatch, postgres_url):
+    """Idempotency-Key answers live in the shared journal's database: a client's retry that
+    lands on another replica gets the first answer as it was (no model call, no second
+    turn-pair), a duplicate arriving there while the first still runs waits for it, and a
+    different body under the key is a 409 on either replica."""
+    from memroute.api.handler import REPLAYED_HEADER
+    from memroute.config.schema import ModelConfig
+    from tests.unit.fakes import call_like_ingress, model_calls, serving_core
+
+    small = ModelConfig(name="mock-small", engine="mock", params_b=0.5)
+    # each replica with a disk of its own (journal.path), as pods have
+    a, b = (serving_core(tmp_path / f"r{k}", monkeypatch, small, api_keys={"sk-a": "acme"},
+                         journal=JournalConfig(path=str(tmp_path / f"r{k}" / "local.sqlite3"),
+                                               url=postgres_url, interval_s=0.0,
+                                               idempotency_wait_s=10.0))
+            for k in range(2))
+
+    def body(text: str) -> dict:
+        return {"model": "memroute", "user": "ann", "messages": [{"role": "user",
+                                                                  "content": text}]}
+
+    try:
+        first = call_like_ingress(a, body("My locker code is ZX-4471."), key="run:1")
+        assert first.status == 200 and REPLAYED_HEADER not in first.headers
+        retry = call_like_ingress(b, body("My locker code is ZX-4471."), key="run:1")
+        assert retry.status == 200 and retry.headers.pop(REPLAYED_HEADER) == "true"
+        assert retry.to_json() == first.to_json()  # id, created, headers, body: byte for byte
+        assert model_calls(b) == 0 and a.journal.stats().total == 1
+        assert call_like_ingress(b, body("Something else."), key="run:1").status == 409
+
+        # in progress on replica a: replica b's duplicate waits for that answer
+        prepared = a.prepare(body("Hello."), "Bearer sk-a", "run:2")
+        assert a.begin(prepared) is None  # a holds the key now
+        got: list = []
+        waiter = threading.Thread(target=lambda: got.append(
+            call_like_ingress(b, body("Hello."), key="run:2")))
+        waiter.start()
+        time.sleep(0.3)
+        result = a.route_batch([prepared])[0]
+        answered = a.respond(prepared, result, latency_s=0.01)
+        waiter.join(10)
+        [late] = got
+        assert late.status == 200 and late.headers.pop(REPLAYED_HEADER) == "true"
+        assert late.to_json() == answered.to_json() and model_calls(b) == 0
+    finally:
+        a.close()
+        b.close()

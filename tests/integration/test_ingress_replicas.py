@@ -21,7 +21,7 @@ import pytest
 from memroute.config.journal import JournalConfig
 from memroute.config.schema import MemoryConfig
 from memroute.config.serve import AutoscalingConfig, IngressConfig
-from memroute.journal.postgres_journal import PostgresJournal
+from memroute.journal import PostgresJournal
 from memroute.memory import MilvusMemoryStore
 from memroute.namespace import namespaced_user_id
 from tests.integration import serving

@@ -1,4 +1,4 @@
-"""The PostgreSQL journal (memroute.journal.postgres_journal) on a real, throwaway PostgreSQL
+"""The PostgreSQL journal (memroute.journal.store.PostgresJournal) on a real, throwaway PostgreSQL
 server (tests/integration/postgres.py): the SQLite journal's behaviour (tests/journal_cases.py,
 the rest of tests/unit/test_journal.py and the journal parts of tests/unit/test_erasure.py),
 plus what several replicas need: claims with leases (two flushers, a killed flusher) and
@@ -16,7 +16,7 @@ import pytest
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.journal import Flusher, Journal, JournalError
 from memroute.journal.codec import encode_pair
-from memroute.journal.postgres_journal import PostgresJournal
+from memroute.journal import PostgresJournal
 from memroute.types import TurnPair
 from tests import journal_cases as cases
 from tests.integration.pg_journal_helpers import make_journal, sql  # noqa: F401 (fixture)
@@ -314,3 +314,43 @@ def test_appends_racing_an_erasure_are_either_erased_or_after_the_boundary(make_
         # the race was real: the target had pairs on both sides of the boundary
         assert erased and any(acked[i][0] in erased_users for i in kept), round_
         assert report.journal_rows >= len(erased)
+
+
+# -------------------------------------------------------------------------- idempotency
+
+
+def test_idempotency_keys_are_shared_by_replicas(postgres_url):  # noqa: F811
+    """Two IdempotencyStores on one database (two replicas): of 8 concurrent first requests
+    with one key exactly one claims it, and every later one, on either replica, gets its
+    answer; a different body is a conflict, an erasure goes for both."""
+    from memroute.journal import IdempotencyStore
+    from memroute.journal.idempotency import Conflict, Existing, InProgress, Started
+
+    stores = [IdempotencyStore(postgres_url), IdempotencyStore(postgres_url)]
+    try:
+        outcomes: list = []
+        run_threads(8, lambda k: outcomes.append(
+            stores[k % 2].begin("acme", "run:1", "h", user_id=ALICE)))
+        [claim] = [o for o in outcomes if isinstance(o, Started)]
+        assert all(isinstance(o, InProgress) for o in outcomes if o is not claim)
+        assert stores[0].complete(claim, '{"answer": "first"}') or stores[1].complete(
+            claim, '{"answer": "first"}')
+        for store in stores:
+            assert store.begin("acme", "run:1", "h") == Existing('{"answer": "first"}')
+            assert isinstance(store.begin("acme", "run:1", "other"), Conflict)
+        users = "SELECT count(*) FROM journal_idempotency_users"
+        assert sql_rows(postgres_url, users) == 1
+        assert stores[1].erase_user(ALICE) == 1 and sql_rows(postgres_url, users) == 0
+        assert isinstance(stores[0].begin("acme", "run:1", "h"), Started)  # runs again
+    finally:
+        for store in stores:
+            store.close()
+    assert sql_rows(postgres_url, "SELECT count(*) FROM journal_idempotency") == 0  # closed
+
+
+def sql_rows(url: str, statement: str) -> int:
+    j = PostgresJournal(url)
+    try:
+        return int(sql(j, statement)[0][0])
+    finally:
+        j.close()

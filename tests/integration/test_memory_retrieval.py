@@ -206,7 +206,7 @@ def test_new_memory_is_searchable_by_bm25_right_after_remember(retriever):
 
 
 def test_oversized_text_is_stored_shortened_and_bad_vectors_refused(store, encoder):
-    from memroute.memory.milvus_store import MAX_TEXT
+    from memroute.memory.milvus_rows import MAX_TEXT
 
     long = TurnPair(ALICE, "s-long", 0, "word " * 2000, "ok", T0)  # 10,000+ bytes
     assert store.upsert([long], encoder.encode(["x"])) == 1  # not refused after its answer

@@ -16,10 +16,11 @@ import httpx
 import pytest
 
 from memroute.errors import BackendError, BackendUnavailable, ConfigError, InvalidRequest
-from memroute.llm.chat import StreamText, render_tool_call, stream_safe_len
+from memroute.llm.chat import render_tool_call
 from memroute.llm.mock_backend import MockBackend, SimpleTokenizer
 from memroute.llm.openai_http import OpenAIHTTPBackend
 from memroute.llm.options import GenerationOptions
+from memroute.llm.streaming import StreamText, stream_safe_len
 from memroute.types import Message, ModelReply
 
 from .test_generation_options import tiny_transformers

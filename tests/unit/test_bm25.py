@@ -9,7 +9,8 @@ import pytest
 
 from memroute.config.schema import RetrievalConfig
 from memroute.errors import ConfigError
-from memroute.retrieval.bm25 import BM25Cache, BM25Index
+from memroute.retrieval.bm25 import BM25Index
+from memroute.retrieval.bm25_cache import BM25Cache
 from memroute.text.tokenize import STOPWORDS, tokenize, unigrams
 from memroute.types import Memory
 

@@ -14,7 +14,7 @@ from memroute.errors import InvalidRequest
 from memroute.journal import Flusher, IdempotencyStore, Journal
 from memroute.journal.idempotency import Existing, Started
 from memroute.memory.milvus_rows import tenant_scan_filter
-from memroute.retrieval.bm25 import BM25Cache
+from memroute.retrieval.bm25_cache import BM25Cache
 from memroute.serving.erasure import erase_tenant, erase_user, erasure_audit, store_remover
 from memroute.types import TurnPair, memory_of
 

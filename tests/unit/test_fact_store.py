@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from memroute.config.facts import FactsConfig, check_facts_config, facts_backend
 from memroute.errors import ConfigError
 from memroute.memory.facts import FactInput, FactStore
-from memroute.memory.facts.store import active_query
+from memroute.memory.facts.reads import active_query
 from tests.fact_cache_cases import FactCacheCases
 from tests.fact_store_cases import ALICE, BOB, Clock, FactStoreCases, race
 

@@ -17,7 +17,7 @@ from memroute.journal.idempotency import (
     InProgress,
     Started,
 )
-from memroute.journal.sqlite_journal import Journal
+from memroute.journal import Journal
 
 from .fakes import call_like_ingress as call
 from .fakes import model_calls
@@ -284,8 +284,8 @@ def test_a_retry_whose_answer_was_lost_replaces_its_pair(core):
     """A crash between the journal commit and the answer's record: the retry runs again, but
     its turn-pair id comes from the key, so it replaces the first pair."""
     assert call(core, body("Hello."), key="lost").status == 200
-    conn = core.idempotency._connection()
-    conn.execute("DELETE FROM idempotency")  # as if the answer never was recorded
+    with core.idempotency._db.engine.begin() as conn:  # as if the answer never was recorded
+        conn.exec_driver_sql("DELETE FROM idempotency")
     again = call(core, body("Hello."), key="lost")
     assert again.status == 200 and "idempotent-replayed" not in again.headers
     assert model_calls(core) == 2 and len(stored(core)) == 1

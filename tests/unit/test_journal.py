@@ -20,7 +20,7 @@ from memroute.journal import (
     JournaledRetriever,
     merge_pending,
 )
-from memroute.journal.sqlite_journal import JournalEntry
+from memroute.journal import JournalEntry
 from memroute.types import Memory, RetrievalHit, TurnPair
 from tests import journal_cases as cases
 from tests.journal_cases import pair
@@ -82,7 +82,41 @@ def test_append_is_committed_and_survives_reopen(make_journal, jpath):
     raw = sqlite3.connect(jpath)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent setting
     raw.close()
-    assert reopened._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: fsync on commit
+    with reopened._engine.connect() as conn:  # every pooled connection is set up alike
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL: fsync on commit
+
+
+# The schema of the SQLite journal before it shared one schema with PostgreSQL (no lease
+# columns, none of the indexes added since): files written then must open and replay.
+EARLIER_SCHEMA = """
+CREATE TABLE entries (seq INTEGER PRIMARY KEY AUTOINCREMENT, pair_id INTEGER NOT NULL UNIQUE,
+    user_id TEXT NOT NULL, payload TEXT NOT NULL, appended_at REAL NOT NULL, flushed_at REAL,
+    failed_at REAL, error TEXT);
+CREATE INDEX entries_pending ON entries(seq) WHERE flushed_at IS NULL AND failed_at IS NULL;
+CREATE TABLE idempotency (tenant TEXT NOT NULL, key TEXT NOT NULL, body_hash TEXT NOT NULL,
+    state TEXT NOT NULL, owner TEXT NOT NULL, response TEXT, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, PRIMARY KEY (tenant, key)) WITHOUT ROWID;
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_file_of_the_earlier_schema_opens_and_replays(jpath):
+    from memroute.journal.codec import encode_pair
+
+    jpath.parent.mkdir(parents=True)
+    raw = sqlite3.connect(jpath)
+    raw.executescript(EARLIER_SCHEMA)
+    acked = [pair(turn=i) for i in range(3)]
+    raw.executemany("INSERT INTO entries (pair_id, user_id, payload, appended_at) "
+                    "VALUES (?, ?, ?, 0)", [(p.id, p.user_id, encode_pair(p)) for p in acked])
+    raw.commit()
+    raw.close()
+    j = Journal(jpath)
+    assert [e.pair for e in j.pending()] == acked  # acknowledged before the upgrade: replayed
+    [claimed] = j.claim(1, owner="f", lease_s=30)  # the lease columns were added in place
+    assert claimed.pair == acked[0] and j.mark_flushed([claimed.seq]) == 1
+    [s] = j.append([pair(turn=9)])
+    assert s == 4 and j.erase_user(pair().user_id, actor="ops").boundary_seq == 4
 
 
 def test_seqs_are_never_reused_after_a_replace(jpath):

@@ -14,18 +14,11 @@ import pytest
 
 from memroute.config.schema import ModelConfig
 from memroute.errors import BackendError, ConfigError, InvalidRequest
-from memroute.llm.chat import (
-    alt_logprob,
-    chat_prompt_ids,
-    cut_at_stop,
-    find_stop,
-    text_token_count,
-    to_chat_dicts,
-    token_starts,
-    tokens_before,
-)
+from memroute.llm.chat import chat_prompt_ids, text_token_count
 from memroute.llm.factory import ENGINES, build_backend
+from memroute.llm.messages import to_chat_dicts
 from memroute.llm.openai_http import OpenAIHTTPBackend
+from memroute.llm.replies import alt_logprob, cut_at_stop, find_stop, token_starts, tokens_before
 from memroute.types import Message
 
 # -- message conversion ---------------------------------------------------------------------

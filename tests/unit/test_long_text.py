@@ -3,8 +3,7 @@ is stored or searched, never refused after the answer (the pair would be lost af
 
 from __future__ import annotations
 
-from memroute.memory.milvus_rows import stored_text
-from memroute.memory.milvus_store import MAX_TEXT
+from memroute.memory.milvus_rows import MAX_TEXT, stored_text
 from memroute.text.clip import clip_utf8, shorten_middle
 from memroute.types import TurnPair
 

@@ -14,7 +14,7 @@ import pytest
 from memroute.config.schema import RetrievalConfig
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory import filters
-from memroute.retrieval.bm25 import BM25Cache
+from memroute.retrieval.bm25_cache import BM25Cache
 from memroute.retrieval.retriever import SUPERSEDED_MARGIN, WINDOW_POOL, HybridRetriever
 from memroute.retrieval.temporal import TimeWindow, time_window
 from memroute.types import Memory, TurnPair

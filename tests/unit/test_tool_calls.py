@@ -15,9 +15,9 @@ from memroute.llm.chat import (
     render_tool_call,
     template_inputs,
     template_supports_tools,
-    to_chat_dicts,
     tool_instruction,
 )
+from memroute.llm.messages import to_chat_dicts
 from memroute.llm.mock_backend import MockBackend, SimpleTokenizer
 from memroute.llm.options import GenerationOptions
 from memroute.llm.tool_calls import parse_tool_calls

@@ -6,7 +6,8 @@ Importing this package opens nothing; :class:`FactStore` connects when construct
 
 from __future__ import annotations
 
-from memroute.memory.facts.store import FactStore, active_query
+from memroute.memory.facts.reads import active_query
+from memroute.memory.facts.store import FactStore
 from memroute.memory.facts.types import (
     ACTIVE,
     CATEGORIES,

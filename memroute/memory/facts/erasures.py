@@ -45,6 +45,18 @@ def tenant_scope(tenant: str) -> str:
     return f"tenant\x1f{tenant}"
 
 
+def of_tenant(tenant: str) -> Callable[[sa.ColumnElement[str]], sa.ColumnElement[bool]]:
+    """The :func:`erase` selector of every user ``tenant:*`` (``tenant`` validated first)."""
+    prefix = f"{tenant}{SEPARATOR}"
+    upper = f"{tenant}{chr(ord(SEPARATOR) + 1)}"  # 'acme;': the first id after 'acme:*'
+
+    def of(col: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+        # the range is an index scan; the substr test keeps it exact under any collation
+        return sa.and_(col >= prefix, col < upper, sa.func.substr(col, 1, len(prefix)) == prefix)
+
+    return of
+
+
 def _names(user_id: str) -> list[str]:
     """The scopes whose erasure removes ``user_id``: the user and, if any, its tenant."""
     tenant, sep, _ = user_id.partition(SEPARATOR)

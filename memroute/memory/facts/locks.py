@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
+from memroute.errors import InvalidRequest
 from memroute.memory.facts.schema import fact_locks
 
 _LOCK_DOMAIN = b"memroute.facts.user_lock\x1f"
@@ -46,6 +47,14 @@ def user_lock_key(user_id: str) -> int:
 def fact_key_lock(user_id: str, key: str) -> int:
     """The transaction-level advisory lock that serializes writes of one (user, key)."""
     return _signed64(_KEY_DOMAIN + user_id.encode("utf-8") + b"\x1f" + key.encode("utf-8"))
+
+
+def check_owner(owner: object) -> str:
+    """``owner`` if it can name a lock holder, else a 400 naming it."""
+    if not isinstance(owner, str) or not owner or len(owner) > 200:
+        raise InvalidRequest("owner must be a non-empty string of at most 200 characters",
+                             field="owner")
+    return owner
 
 
 @dataclass
@@ -159,4 +168,4 @@ class LeaseLocks:
             self.release(user_id, owner)
 
 
-__all__ = ["AdvisoryLocks", "LeaseLocks", "fact_key_lock", "user_lock_key"]
+__all__ = ["AdvisoryLocks", "LeaseLocks", "check_owner", "fact_key_lock", "user_lock_key"]

@@ -6,7 +6,7 @@ Tables:
   (SQLite ``AUTOINCREMENT``, PostgreSQL ``IDENTITY``): they grow in insertion order, so they
   break ``recorded_at`` ties in a timeline, keep the indexes narrow, and are never reused, not
   even after an erasure removed the newest rows. An id alone grants nothing: every read and
-  :meth:`~memroute.memory.facts.store.FactStore.retract` also match the user.
+  :func:`~memroute.memory.facts.lifecycle.retract` also match the user.
 - ``fact_locks`` (SQLite only): the per-user extraction lock as a lease row. PostgreSQL uses a
   session advisory lock instead (:mod:`memroute.memory.facts.locks`).
 - ``fact_versions``: one row per user with a random token that every change of the user's

@@ -1,30 +1,11 @@
 """The fact store: facts with a lifecycle (the MSOCA memory layer), on SQLite or PostgreSQL.
 
-Rules (the schema enforces the shape of each, see :mod:`memroute.memory.facts.schema`):
-
-- **Supersession** (:meth:`FactStore.assert_fact`) is one transaction: the key's active row is
-  marked ``superseded`` (``valid_until`` = the new ``valid_from``, ``ended_at`` = now,
-  ``superseded_by`` = the new id) and the new row is inserted ``active``. ``profile`` keys work
-  the same way (last write wins, the old row kept), ``ephemeral`` rows carry ``expires_at =
-  valid_from + ephemeral_ttl_s`` and active reads hide them from then on. Nothing is deleted
-  by supersession, retraction or expiry; only :meth:`FactStore.erase_user` /
-  :meth:`FactStore.erase_tenant` (erasure) delete.
-- **Restatement** of the active value (same value and category) is a no-op returning the
-  active fact, unless (a) the fact is an expired ephemeral one (it becomes visible again as a
-  new row) or (b) the source ranks higher (``inferred`` -> ``confirmed``/``explicit``): then
-  it is an ordinary supersession with the same value, so the timeline shows when the value
-  stopped being a guess. ``explicit`` and ``confirmed`` rank alike; a lower rank never
-  downgrades. A restatement's own ``valid_from`` is ignored (the value held already).
-- **Concurrency.** SQLite: every write transaction is ``BEGIN IMMEDIATE`` (one writer at a
-  time per file). PostgreSQL (READ COMMITTED): the writer first takes a transaction-level
-  advisory lock on (user, key), then reads the active row ``FOR UPDATE``. The advisory lock is
-  what makes the first insert of a key safe (no row to lock yet) and spares a waiter the
-  READ COMMITTED re-check that would otherwise make the row it waited for vanish. The unique
-  partial index ``facts_active`` is the last guard: whatever writes, one active row per key.
-- **Time.** World time is ``valid_from``/``valid_until``; transaction time is ``recorded_at``,
-  ``ended_at``, ``retracted_at``. Transaction time never runs backwards within a key (a
-  replica whose clock lags writes the newest ``recorded_at`` again), and an interval never
-  inverts (a backdated successor closes its predecessor at the predecessor's start).
+:class:`FactStore` owns the database (engine, transactions, driver errors) and is the one API
+over it; each responsibility lives in a module of its own, run inside the store's transactions:
+the lifecycle rules (supersession, restatement, retraction; :mod:`.lifecycle`), the read
+queries (:mod:`.reads`), session start's newest turns (:mod:`.recent`) and version tokens
+(:mod:`.versions`), erasure, the only deletes (:mod:`.erasures`), the per-user extraction lock
+(:mod:`.locks`) and the extraction queue (:mod:`.queue`).
 """
 
 from __future__ import annotations
@@ -33,31 +14,18 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, Self
+from typing import Self
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from memroute.config.facts import FactsConfig, check_facts_config, facts_backend
-from memroute.errors import ConfigError, InvalidRequest, NotFound
-from memroute.memory.facts import erasures, recent, versions
-from memroute.memory.facts.locks import AdvisoryLocks, LeaseLocks, fact_key_lock
+from memroute.errors import ConfigError
+from memroute.memory.facts import erasures, lifecycle, reads, recent, versions
+from memroute.memory.facts.locks import AdvisoryLocks, LeaseLocks, check_owner
 from memroute.memory.facts.queue import ExtractionQueue
-from memroute.memory.facts.schema import (
-    FACT_COLUMNS,
-    IS_ACTIVE,
-    WRITE_OPTION,
-    create_schema,
-    engine_url,
-    facts,
-    open_engine,
-)
+from memroute.memory.facts.schema import WRITE_OPTION, create_schema, engine_url, open_engine
 from memroute.memory.facts.types import (
-    ACTIVE,
-    EPHEMERAL,
-    RETRACTED,
-    SOURCE_RANK,
-    SUPERSEDED,
     Fact,
     FactInput,
     FactStoreError,
@@ -68,36 +36,6 @@ from memroute.memory.facts.types import (
 )
 from memroute.namespace import SEPARATOR, validate_tenant
 from memroute.types import Memory, TurnPair, validate_user_id
-
-_c = facts.c
-
-
-# What session start reads: the columns an active row can hold anything in. Its status is
-# 'active', its user the one asked for and its ends NULL by the facts_lifecycle CHECK, so they
-# are filled in here: fewer columns is most of the cost of a thousand-row read in Python.
-_ACTIVE_COLUMNS = (_c.id, _c.key, _c.value, _c.category, _c.source, _c.valid_from,
-                   _c.recorded_at, _c.expires_at, _c.turn_id)
-
-
-def active_query(user_id: Any, now: Any) -> sa.Select:
-    """Session start: the user's active, unexpired facts by key. One range scan of the partial
-    index ``facts_active`` (the literal ``status = 'active'`` lets both planners match it, and
-    the index order is the key order, so there is no sort)."""
-    return (
-        sa.select(*_ACTIVE_COLUMNS)
-        .where(_c.user_id == user_id, IS_ACTIVE,
-               sa.or_(_c.expires_at.is_(None), _c.expires_at > now))
-        .order_by(_c.key)
-    )
-
-
-def _restates(current: Fact, new: FactInput, now: float) -> bool:
-    """Whether asserting ``new`` over the active ``current`` changes nothing (module doc)."""
-    if current.value != new.value or current.category != new.category:
-        return False
-    if current.expires_at is not None and current.expires_at <= now:
-        return False
-    return SOURCE_RANK[new.source] <= SOURCE_RANK[current.source]
 
 
 class FactStore:
@@ -124,11 +62,12 @@ class FactStore:
         self._engine = open_engine(url, self.backend, busy_timeout_s=busy_timeout_s,
                                    pool_size=pool_size)
         sqlite = self.backend == "sqlite"
-        self._active_sql = self._compiled(active_query(sa.bindparam("user_id"),
-                                                       sa.bindparam("now")))
-        self._token_sql = self._compiled(versions.TOKEN_QUERY)
-        self._recent_sql = self._compiled(recent.newest_query(sa.bindparam("user_id"),
-                                                              sa.bindparam("n")))
+        dialect = self._engine.dialect
+        self._active_sql = reads.compiled(
+            reads.active_query(sa.bindparam("user_id"), sa.bindparam("now")), dialect)
+        self._token_sql = reads.compiled(versions.TOKEN_QUERY, dialect)
+        self._recent_sql = reads.compiled(
+            recent.newest_query(sa.bindparam("user_id"), sa.bindparam("n")), dialect)
         self.cache = versions.ActiveCache(cache_users)
         self.queue = ExtractionQueue(self.transaction)
         self._write = (self._engine.execution_options(**{WRITE_OPTION: True}) if sqlite
@@ -192,14 +131,6 @@ class FactStore:
 
     _tx = transaction
 
-    def _lock_key(self, conn: Connection, user_id: str, key: str) -> None:
-        """PostgreSQL: serialize writers of (user, key) until this transaction ends."""
-        if self.backend == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(fact_key_lock(user_id, key))))
-
-    def _for_update(self, query: sa.Select) -> sa.Select:
-        return query.with_for_update() if self.backend == "postgresql" else query
-
     # -- facts ------------------------------------------------------------------------------
 
     def assert_fact(
@@ -213,36 +144,12 @@ class FactStore:
         uid = validate_user_id(user_id)
         new = check_fact_input(fact)
         at = self._now(now)
-        valid_from = at if new.valid_from is None else float(new.valid_from)
         with self._tx("assert a fact", write=True) as conn:
             if unless_erased_after is not None:
                 erasures.refuse_if_erased(conn, uid, unless_erased_after, self.backend)
-            self._lock_key(conn, uid, new.key)
-            row = conn.execute(self._for_update(
-                sa.select(*FACT_COLUMNS).where(_c.user_id == uid, _c.key == new.key, IS_ACTIVE)
-            )).first()
-            current = Fact(*row) if row is not None else None
-            if current is not None and _restates(current, new, at):
-                return current
-            recorded = at if current is None else max(at, current.recorded_at)
-            if current is not None:  # first out of the unique active slot, then the new row in
-                conn.execute(sa.update(facts).where(_c.id == current.id).values(
-                    status=SUPERSEDED, valid_until=max(valid_from, current.valid_from),
-                    ended_at=recorded,
-                ))
-            expires = valid_from + self.ephemeral_ttl_s if new.category == EPHEMERAL else None
-            values = {
-                "user_id": uid, "key": new.key, "value": new.value, "category": new.category,
-                "source": new.source, "status": ACTIVE, "valid_from": valid_from,
-                "recorded_at": recorded, "expires_at": expires, "turn_id": new.turn_id,
-            }
-            new_id = int(conn.execute(sa.insert(facts).values(**values)).inserted_primary_key[0])
-            if current is not None:
-                conn.execute(sa.update(facts).where(_c.id == current.id)
-                             .values(superseded_by=new_id))
-            versions.bump(conn, uid)
-        return Fact(id=new_id, valid_until=None, ended_at=None, retracted_at=None,
-                    superseded_by=None, **values)
+            return lifecycle.assert_fact(conn, uid, new, at=at,
+                                         ephemeral_ttl_s=self.ephemeral_ttl_s,
+                                         backend=self.backend)
 
     def active(self, user_id: str, *, now: float | None = None) -> list[Fact]:
         """The user's active facts not expired at ``now``, ordered by key (session start)."""
@@ -265,36 +172,20 @@ class FactStore:
             # Row objects are a third of the time of a thousand-row read).
             cur = conn.connection.dbapi_connection.cursor()
             try:
-                token_rows = self._run(cur, self._token_sql, {"user_id": uid})
+                token_rows = reads.run(cur, self._token_sql, {"user_id": uid})
                 token = token_rows[0][0] if token_rows else None
-                turns = ([Memory(*r) for r in reversed(self._run(
+                turns = ([Memory(*r) for r in reversed(reads.run(
                     cur, self._recent_sql, {"user_id": uid, "n": recent}))] if recent > 0 else [])
                 cached = self.cache.get(uid, token, at)
                 if cached is not None:
                     return cached, turns
-                rows = self._run(cur, self._active_sql, {"user_id": uid, "now": at})
+                rows = reads.run(cur, self._active_sql, {"user_id": uid, "now": at})
             except self._engine.dialect.loaded_dbapi.Error as exc:
                 raise FactStoreError(f"fact store ({self.backend}) could not read active "
                                      f"facts: {type(exc).__name__}: {exc}") from exc
             finally:
                 cur.close()
-        make = Fact._make
-        return self.cache.put(uid, token, at, [
-            make((i, uid, k, v, c, s, ACTIVE, vf, None, rec, None, exp, None, None, t))
-            for i, k, v, c, s, vf, rec, exp, t in rows]), turns
-
-    def _compiled(self, query: sa.Select) -> tuple[str, Any]:
-        compiled = query.compile(dialect=self._engine.dialect)
-        return compiled.string, compiled.positiontup, compiled.params  # params: the defaults
-
-    @staticmethod
-    def _run(cur: Any, compiled: tuple[str, Any, Any], params: dict[str, Any]) -> list[Any]:
-        sql, names, defaults = compiled
-        params = {**defaults, **params}
-        if names is not None:  # a positional paramstyle (SQLite's qmark)
-            params = tuple(params[n] for n in names)  # type: ignore[assignment]
-        cur.execute(sql, params)
-        return cur.fetchall()
+        return self.cache.put(uid, token, at, reads.active_facts(uid, rows)), turns
 
     # -- recent turns (session start's, kept here: see :mod:`.recent`) -----------------------
 
@@ -315,8 +206,7 @@ class FactStore:
         """Every row of ``key`` (all statuses, expired ones too) by ``recorded_at``: the audit."""
         uid = validate_user_id(user_id)
         check_key(key)
-        query = (sa.select(*FACT_COLUMNS).where(_c.user_id == uid, _c.key == key)
-                 .order_by(_c.recorded_at, _c.id))
+        query = reads.timeline_query(uid, key)
         with self._tx("read a timeline", write=False) as conn:
             return [Fact(*r) for r in conn.execute(query)]
 
@@ -331,19 +221,7 @@ class FactStore:
         check_key(key)
         world = check_time(valid_at, "valid_at")
         known = self._now(known_at, "known_at")
-        query = (
-            sa.select(*FACT_COLUMNS)
-            .where(
-                _c.user_id == uid, _c.key == key,
-                _c.recorded_at <= known,
-                sa.or_(_c.retracted_at.is_(None), _c.retracted_at > known),
-                _c.valid_from <= world,
-                sa.or_(_c.ended_at.is_(None), _c.ended_at > known, _c.valid_until > world),
-                sa.or_(_c.expires_at.is_(None), _c.expires_at > world),
-            )
-            .order_by(_c.recorded_at.desc(), _c.id.desc())
-            .limit(1)
-        )
+        query = reads.as_of_query(uid, key, world=world, known=known)
         with self._tx("read a fact as of a time", write=False) as conn:
             row = conn.execute(query).first()
         return Fact(*row) if row is not None else None
@@ -355,22 +233,7 @@ class FactStore:
         fid = check_fact_id(fact_id)
         at = self._now(now)
         with self._tx("retract a fact", write=True) as conn:
-            row = conn.execute(self._for_update(
-                sa.select(*FACT_COLUMNS).where(_c.id == fid, _c.user_id == uid)
-            )).first()
-            if row is None:  # unknown, or another user's: the same answer for both
-                raise NotFound(f"no fact {fid} for this user", field="fact_id")
-            fact = Fact(*row)
-            if fact.status == RETRACTED:
-                return fact
-            changes: dict[str, object] = {"status": RETRACTED,
-                                          "retracted_at": max(at, fact.recorded_at)}
-            if fact.status == ACTIVE:
-                changes["valid_until"] = max(at, fact.valid_from)
-                changes["ended_at"] = changes["retracted_at"]
-            conn.execute(sa.update(facts).where(_c.id == fid).values(**changes))
-            versions.bump(conn, uid)
-        return fact._replace(**changes)
+            return lifecycle.retract(conn, uid, fid, at=at, backend=self.backend)
 
     # -- erasure (the only deletes) ---------------------------------------------------------
 
@@ -383,16 +246,8 @@ class FactStore:
     def erase_tenant(self, tenant: str) -> int:
         """Delete every fact of every user ``tenant:*``; the number of rows removed."""
         validate_tenant(tenant)
-        prefix = f"{tenant}{SEPARATOR}"
-        upper = f"{tenant}{chr(ord(SEPARATOR) + 1)}"  # 'acme;': the first id after 'acme:*'
-
-        def of_tenant(col: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
-            # the range is an index scan; the substr test keeps it exact under any collation
-            return sa.and_(col >= prefix, col < upper,
-                           sa.func.substr(col, 1, len(prefix)) == prefix)
-
-        self.cache.drop_prefix(prefix)
-        return self._erase(of_tenant, erasures.tenant_scope(tenant))
+        self.cache.drop_prefix(f"{tenant}{SEPARATOR}")
+        return self._erase(erasures.of_tenant(tenant), erasures.tenant_scope(tenant))
 
     def _erase(
         self, of: Callable[[sa.ColumnElement[str]], sa.ColumnElement[bool]], scope: str
@@ -420,18 +275,11 @@ class FactStore:
 
     # -- the per-user extraction lock -------------------------------------------------------
 
-    @staticmethod
-    def _owner(owner: object) -> str:
-        if not isinstance(owner, str) or not owner or len(owner) > 200:
-            raise InvalidRequest("owner must be a non-empty string of at most 200 characters",
-                                 field="owner")
-        return owner
-
     def try_user_lock(self, user_id: str, *, owner: str) -> bool:
         """Take ``user_id``'s extraction lock for ``owner`` if no other owner holds it (in any
         process on this database); True if ``owner`` holds it now (see :mod:`.locks`)."""
         uid = validate_user_id(user_id)
-        owner = self._owner(owner)
+        owner = check_owner(owner)
         with self._errors("take a user lock"):
             if self._closed:
                 raise FactStoreError("the fact store is closed")
@@ -441,7 +289,7 @@ class FactStore:
         """Release the lock if ``owner`` holds it; False if it did not (or the store was closed,
         which released its locks)."""
         uid = validate_user_id(user_id)
-        owner = self._owner(owner)
+        owner = check_owner(owner)
         if self._closed:
             return False
         with self._errors("release a user lock"):
@@ -478,4 +326,4 @@ class FactStore:
         self.close()
 
 
-__all__ = ["FactStore", "active_query"]
+__all__ = ["FactStore"]
