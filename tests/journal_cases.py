@@ -233,6 +233,24 @@ def claims_lease_entries_to_one_owner(make_journal) -> None:
     assert j.shared == other.shared and isinstance(j.shared, bool)
 
 
+def settled_seq_counts_other_writers_once_settled(make_journal) -> None:
+    """What a replica's cached memories are checked against: the user's highest seq another
+    flusher wrote at least ``settled_s`` ago."""
+    now = [1000.0]
+    j = make_journal(clock=lambda: now[0])
+    a, b, c = j.append([pair(turn=1), pair(turn=2), pair(BOB, 0)])
+    assert j.settled_seq(ALICE) == 0  # nothing flushed
+    assert [e.seq for e in j.claim(1, owner="me", lease_s=30)] == [a]
+    j.mark_flushed([a])
+    assert j.settled_seq(ALICE) == a and j.settled_seq(ALICE, writer="me") == 0  # my own write
+    assert [e.seq for e in j.claim(5, owner="other", lease_s=30)] == [b, c]
+    j.mark_flushed([b, c])
+    assert j.settled_seq(ALICE, 2.0, writer="me") == 0  # not yet visible to every reader
+    now[0] += 2.5
+    assert j.settled_seq(ALICE, 2.0, writer="me") == b and j.settled_seq(BOB, 2.0) == c
+    assert j.pending_for_user(ALICE) == []  # the kept writer does not make it pending again
+
+
 CASES = [
     pending_order_limits_and_mark_flushed,
     retried_pair_is_recorded_once_and_allocates_no_seq,
@@ -241,4 +259,5 @@ CASES = [
     recently_flushed_entries_are_read_while_asked_for,
     a_failing_listener_does_not_undo_the_ack,
     claims_lease_entries_to_one_owner,
+    settled_seq_counts_other_writers_once_settled,
 ]

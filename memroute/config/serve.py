@@ -203,11 +203,13 @@ def check_serve_config(cfg: ServeConfig) -> ServeConfig:
             "or point memory.uri at a Milvus server",
             field="ingress.autoscaling.max_replicas",
         )
-    # A replica's cached vectors follow its own writes only: another replica's would go unseen.
-    if cfg.retrieval.hot_vectors and cfg.ingress.autoscaling.max_replicas > 1:
+    # Several replicas keep their cached memories true through the shared journal
+    # (JournaledRetriever._revalidate); separate SQLite journals could not see each other.
+    if (cfg.retrieval.hot_vectors and cfg.ingress.autoscaling.max_replicas > 1
+            and not cfg.journal.url):
         raise ConfigError(
-            "retrieval.hot_vectors keeps each replica's own view of a user's vectors; with "
-            "several ingress replicas keep it off (ingress.autoscaling.max_replicas > 1)",
+            "retrieval.hot_vectors with several ingress replicas needs the shared journal "
+            "(journal.url=postgresql://...): a replica learns of another's writes from it",
             field="retrieval.hot_vectors",
         )
     check_model_paths(cfg)  # each replica loads its folder: refused once here, not in each

@@ -35,7 +35,9 @@ newest ``PENDING_EMBED`` of them get a dense score (the older ones are scored by
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -58,6 +60,7 @@ from memroute.text.tokenize import tokenize
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 PENDING_SCAN = 256
+SETTLED_USERS = 65536  # users whose settled seq is remembered (one forgotten: one rebuild)
 PENDING_EMBED = 64
 DEFAULT_MAX_PENDING = 3
 
@@ -66,6 +69,14 @@ class Retriever(Protocol):
     def retrieve_many(
         self, user_ids: Sequence[str], queries: Sequence[str], *, top_k: int | None = None
     ) -> list[list[RetrievalHit]]: ...
+
+
+@runtime_checkable
+@runtime_checkable
+class CachingRetriever(Protocol):
+    """A retriever that keeps users' memories in process (the BM25 index, ``hot_vectors``)."""
+
+    def invalidate(self, user_id: str) -> None: ...
 
 
 @runtime_checkable
@@ -125,6 +136,7 @@ class JournaledRetriever:
         cache_size: int = DEFAULT_CACHE_SIZE,
         slot_floor: float | None = DEFAULT_SLOT_FLOOR,
         visible_after_s: float = 0.0,
+        writer: str | None = None,
     ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
             raise InvalidRequest("max_pending must be an integer >= 0", field="max_pending")
@@ -145,6 +157,33 @@ class JournaledRetriever:
         self.vectors = VectorCache(cache_size)
         # decided once: whether the wrapped retriever takes the query vectors embedded here
         self.vector_retriever = retriever if isinstance(retriever, VectorRetriever) else None
+        # A shared journal: other replicas' flushers write to the store behind this process's
+        # cached copies of a user's memories; the user's settled seq says when to drop one.
+        self.caching = (retriever if journal.shared and isinstance(retriever, CachingRetriever)
+                        else None)
+        self.writer = writer  # this process's flusher: its writes keep the cache in step
+        self._settled: OrderedDict[str, int] = OrderedDict()  # user -> settled seq seen
+        self._settled_lock = threading.Lock()
+
+    def _revalidate(self, user_ids: Iterable[str]) -> None:
+        """Drop the wrapped retriever's cached copy of a user another replica wrote to.
+
+        An entry flushed ``visible_after_s`` ago or more is in the store for every reader; the
+        newer ones are read from the journal (the snapshot above). A user's settled seq (of the
+        entries other flushers wrote: this process's own writes extend its cache) that moved
+        since this process last looked means a write it has not seen: the cache is rebuilt
+        from the store on the next read. A user first seen here is dropped once (its
+        copy may predate anything). One indexed query per user per request."""
+        assert self.caching is not None
+        for uid in user_ids:
+            seq = self.journal.settled_seq(uid, self.visible_after_s, writer=self.writer)
+            with self._settled_lock:
+                seen = self._settled.pop(uid, None)
+                self._settled[uid] = seq
+                if len(self._settled) > SETTLED_USERS:
+                    self._settled.popitem(last=False)
+            if seen is None or seq > seen:
+                self.caching.invalidate(uid)
 
     def forget_user(self, user_id: str) -> int:
         """Erasure: drop the user's pending-pair vectors (the journal rows go in the journal)."""
@@ -181,6 +220,8 @@ class JournaledRetriever:
                                                flushed_within_s=self.visible_after_s)
             for uid in dict.fromkeys(user_ids)
         }
+        if self.caching is not None:
+            self._revalidate(snapshot)
         k = self.default_top_k if top_k is None else top_k
         shared = self.vector_retriever is not None
         given = {"vectors": vectors} if shared and vectors is not None else {}

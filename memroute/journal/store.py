@@ -165,19 +165,21 @@ class Journal(ListenersMixin):
 
     def mark_flushed(self, seqs: Iterable[int]) -> int:
         """Mark pending entries written to the store; returns how many were still pending."""
-        return self._mark(seqs, flushed_at=self._clock())
+        # claimed_by stays: who wrote it (``settled_seq`` tells another replica's writes apart)
+        return self._mark(seqs, keep_writer=True, flushed_at=self._clock())
 
     def mark_failed(self, seqs: Iterable[int], error: str) -> int:
         """Park entries the store refuses for good, so they stop blocking the queue."""
         text = error[:2000].replace("\x00", "\ufffd")  # PostgreSQL text holds no NUL
         return self._mark(seqs, failed_at=self._clock(), error=text)
 
-    def _mark(self, seqs: Iterable[int], **values: Any) -> int:
+    def _mark(self, seqs: Iterable[int], *, keep_writer: bool = False, **values: Any) -> int:
         e, unclaimed = self._e.c, {"claimed_by": None, "lease_until": None, "claimed_seq": None}
+        done = {k: v for k, v in unclaimed.items() if not (keep_writer and k == "claimed_by")}
 
         def mark(conn: Connection, chunk: list[int]) -> int:
             changed = conn.execute(sa.update(self._e).where(self._pending, e.seq.in_(chunk))
-                                   .values(**values, **unclaimed)).rowcount
+                                   .values(**values, **done)).rowcount
             # Versions that replaced one of these while it was being written: claimable now.
             conn.execute(sa.update(self._e).where(e.claimed_seq.in_(chunk),
                                                   e.seq != e.claimed_seq).values(**unclaimed))
@@ -337,6 +339,20 @@ class Journal(ListenersMixin):
             stmt = stmt.limit(check_limit(limit))
         rows = self._db.read(stmt)
         return [JournalEntry(s, self._decode(s, p), a) for s, p, a in reversed(rows)]
+
+    def settled_seq(self, user_id: str, settled_s: float = 0.0, *,
+                    writer: str | None = None) -> int:
+        """The highest seq of ``user_id``'s entries flushed at least ``settled_s`` ago by a
+        flusher other than ``writer`` (0: none). Each pair up to it is readable from the store by
+        now, so a replica's cached copy of the user's memories built before it moved has missed
+        another replica's write. (``prune_flushed`` would lower it; a user whose entries were
+        all pruned reads 0 and keeps its cache.)"""
+        validate_user_id(user_id)
+        e = self._e.c
+        return int(self._db.read(
+            sa.select(sa.func.coalesce(sa.func.max(e.seq), 0))
+            .where(e.user_id == user_id, e.flushed_at <= self._clock() - settled_s,
+                   e.claimed_by.is_distinct_from(writer)))[0][0])
 
     def failed(self, limit: int = 100) -> list[JournalEntry]:
         """Entries parked by :meth:`mark_failed`, oldest first, with their error."""

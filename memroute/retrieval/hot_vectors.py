@@ -27,7 +27,10 @@ class UserVectors:
 
     @classmethod
     def of(cls, memories: Sequence[Memory], vectors: np.ndarray) -> UserVectors:
-        matrix = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(memories), -1)
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        # a user with no rows yet: an empty (0, dim) matrix (reshape(0, -1) is ambiguous)
+        dim = matrix.shape[-1] if matrix.ndim == 2 else matrix.size // max(len(memories), 1)
+        matrix = matrix.reshape(len(memories), dim)
         return cls(np.fromiter((m.id for m in memories), np.int64, len(memories)), matrix,
                    np.fromiter((m.session_time for m in memories), np.int64, len(memories)))
 
@@ -50,6 +53,8 @@ class UserVectors:
                time_window: tuple[int, int] | None = None) -> list[tuple[Memory, float]]:
         """Exact cosine top ``limit`` (rows are normalized), best first, as the store's
         ``search`` returns them; within ``time_window`` (inclusive) when given."""
+        if not len(self.ids):
+            return []
         scores = self.matrix @ np.asarray(vector, dtype=np.float32).reshape(-1)
         rows = np.arange(len(scores))
         if time_window is not None:

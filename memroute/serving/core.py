@@ -103,7 +103,8 @@ class ServingCore:
                                            probe_fn=getattr(self.store, "ping", None))
         # read-your-writes over the journal; its pending-pair vectors are erased with the user
         self.journaled = JournaledRetriever(self.retriever, self.journal, visible_after_s=(
-            cfg.journal.visible_after_s if is_server_uri(cfg.memory.uri) else 0.0))
+            cfg.journal.visible_after_s if is_server_uri(cfg.memory.uri) else 0.0),
+            writer=self.flusher.owner)
         self.router = build.router(
             build.tiers(models, None, backends=backends), cfg.router, cfg.retrieval,
             self.journaled, facts=self.facts if cfg.facts.inject else None,

@@ -128,3 +128,14 @@ def test_a_store_that_cannot_read_vectors_is_refused():
     with pytest.raises(ConfigError) as err:
         HybridRetriever(HashEncoder(), NoVectors(), RetrievalConfig(hot_vectors=True))
     assert err.value.field == "retrieval.hot_vectors"
+
+
+def test_a_user_with_no_memories_yet_gets_none_and_then_their_first(store):
+    """The cache entry of a user with no rows holds an empty (0, dim) matrix: their first
+    request is answered without memory (it failed on the reshape before), their first write
+    is found afterwards."""
+    enc, hot, _ = retrievers(store)
+    assert hot.retrieve("newcomer", "the violin") == []
+    first = TurnPair("newcomer", "s1", 0, "I bought a violin.", "Nice.", T0)
+    hot.remember([first])
+    assert [h.memory.id for h in hot.retrieve("newcomer", "the violin")] == [first.id]

@@ -240,3 +240,56 @@ def test_recency_slot_needs_a_cosine_above_the_floor_and_the_weakest_shown():
     assert ids(recency_slot(stored + [lone], {9}, top_k=3, floor=0.3)) == [1, 2, 9]  # best BM25
     keyword = RetrievalHit(Memory(4, "u", "t4", T0), 0.5, dense_score=0.3, bm25_score=3.0)
     assert ids(recency_slot(stored + [keyword, lone], {9}, top_k=3, floor=0.3)) == [1, 2, 3]
+
+
+class VectorDictStore(DictStore):
+    def list_user_vectors(self, user_id):
+        from memroute.memory.base import UserRows
+
+        rows = [(m, v) for m, v in self.rows.values() if m.user_id == user_id]
+        return UserRows([m for m, _ in rows], np.asarray([v for _, v in rows], dtype=np.float32))
+
+
+class SharedJournal(Journal):
+    shared = True  # what a PostgreSQL journal says; one SQLite file stands in for it here
+
+
+def test_hot_vectors_on_two_replicas_see_each_others_writes_through_the_shared_journal(tmp_path):
+    """Two replicas, each with its own cached copy of a user's memories (BM25 index and
+    vectors: retrieval.hot_vectors), one store and one shared journal. A pair the other
+    replica's flusher wrote is found here once it settled; this replica's own writes keep its
+    cache without a rebuild."""
+    encoder, store = ConceptEncoder(), VectorDictStore()
+    cfg = RetrievalConfig(top_k=3, context_weight=0.0, hot_vectors=True, supersede=False)
+    journal = SharedJournal(tmp_path / "j.sqlite3")
+    replicas = {}
+    for name in ("a", "b"):
+        inner = HybridRetriever(encoder, store, cfg)
+        flusher = Flusher(journal, inner.remember)
+        flusher.owner = name  # the claims' owner: what settled_seq tells apart
+        served = JournaledRetriever(inner, journal, writer=name)
+        replicas[name] = (inner, flusher, served)
+
+    def flush(name: str) -> None:
+        _, flusher, _ = replicas[name]
+        entries = journal.claim(100, owner=name, lease_s=30)
+        flusher.write_fn([e.pair for e in entries])
+        journal.mark_flushed([e.seq for e in entries])
+
+    store.upsert(*zip(*[(p, encoder.encode([p.user_text])[0])
+                        for p in (pair(t, 100 + i) for i, t in enumerate(FILLER))]))
+    query = "What is my locker code?"
+    for _, _, served in replicas.values():  # both caches warm, without the fact
+        assert served.retrieve("alice", query)
+    builds = {n: replicas[n][0].bm25.stats().misses for n in replicas}
+
+    fact = pair("My locker code is 4417.", 1)
+    replicas["a"][2].remember([fact])
+    flush("a")  # replica a's flusher wrote it: a's cache was extended in the write
+    assert ids(replicas["a"][2].retrieve("alice", query))[0] == fact.id
+    assert replicas["a"][0].bm25.stats().misses == builds["a"]  # its own write: no rebuild
+    # replica b: the journal row is flushed (not pending); its cache was built before it
+    assert ids(replicas["b"][2].retrieve("alice", query))[0] == fact.id
+    assert replicas["b"][0].bm25.stats().misses == builds["b"] + 1  # rebuilt once from the store
+    replicas["b"][2].retrieve("alice", query)
+    assert replicas["b"][0].bm25.stats().misses == builds["b"] + 1  # and not again

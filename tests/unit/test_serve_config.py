@@ -147,9 +147,11 @@ def test_the_extraction_tier_must_be_a_tier_of_the_cascade():
     assert err.value.field == "extraction.tier"
 
 
-def test_hot_vectors_are_refused_with_several_ingress_replicas():
+def test_hot_vectors_with_several_replicas_need_the_shared_journal():
     cfg = compose_serve_config("cpu-tiny", ["ingress.autoscaling.max_replicas=2",
                                             "memory.uri=http://127.0.0.1:19530",
                                             "retrieval.hot_vectors=true"])
-    assert _field_of(cfg) == "retrieval.hot_vectors"
+    assert _field_of(cfg) == "retrieval.hot_vectors"  # per-replica SQLite journals
     check_serve_config(replace(cfg, retrieval=replace(cfg.retrieval, hot_vectors=False)))
+    shared = replace(cfg, journal=replace(cfg.journal, url="postgresql://u@127.0.0.1:5432/j"))
+    assert check_serve_config(shared).retrieval.hot_vectors
