@@ -86,6 +86,9 @@ def register_configs() -> None:
     from memroute.config.calibrate import CalibrateConfig
 
     cs.store(name="calibrate_schema", node=CalibrateConfig)
+    from memroute.config.workflow_depth import WorkflowDepthConfig
+
+    cs.store(name="workflow_depth_schema", node=WorkflowDepthConfig)
     for group, schema in GROUP_SCHEMAS.items():
         cs.store(group=group, name=f"{group}_schema", node=schema)
 
