@@ -174,6 +174,9 @@ class RouterConfig:
     # tau too), instead of `confidence` >= tau. None: the confidence/tau rule.
     calibrator: Optional[str] = None
     calibrator_threshold: Optional[float] = None
+    # With a calibrator: a turn that asks nothing (memroute/routing/turn_kind.py) is judged by
+    # `confidence` >= this instead (the calibrator learnt from questions only). None: by it too.
+    statement_tau: Optional[float] = 0.5
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     memory_dates: bool = True
@@ -238,6 +241,8 @@ def check_parts(cfg: PartsConfig) -> list[ModelConfig]:
     _number(rt.tau, "router.tau", low=0.0, high=1.0)
     if rt.calibrator_threshold is not None:
         _number(rt.calibrator_threshold, "router.calibrator_threshold", low=0.0, high=1.0)
+    if rt.statement_tau is not None:
+        _number(rt.statement_tau, "router.statement_tau", low=0.0, high=1.0)
     # Eq. 1 divides by |l_min| and maps l_min to 0: a floor at or above 0 is no floor.
     _number(rt.l_min, "router.l_min", high=0.0, high_open=True)
     _number(rt.max_tokens, "router.max_tokens", low=1, integer=True)

@@ -28,6 +28,7 @@ from memroute.memory.facts.types import Fact
 from memroute.retrieval.followup import FOLLOWUP_MODES, retrieval_query
 from memroute.routing.calibrator import Calibrator
 from memroute.routing.calibrator import load as load_calibrator
+from memroute.routing.turn_kind import asks_something
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import (
@@ -327,14 +328,20 @@ class Router:
             tiers_skipped=list(p.skipped),
         )
 
+    def _statement(self, query: str) -> bool:
+        """A turn the calibrator does not judge: it asks nothing (``router.statement_tau``)."""
+        return self.cfg.statement_tau is not None and not asks_something(query)
+
     def _judge(
         self, t: int, tier: Tier, last: bool, tau: float | None, p: Pending, prompt: Prompt,
         reply: ModelReply,
     ) -> RouteResult | None:
         """Record the call on ``p``; its result when accepted, None to escalate."""
         backend = tier.backend
-        if self.calibrator is None:
+        if self.calibrator is None or self._statement(p.query):
             c = self.confidence_fn(reply, self.cfg.l_min)
+            if self.calibrator is not None:
+                tau = self.cfg.statement_tau if tau is None else tau
         else:  # P(correct) from the answer's features (memroute.routing.confidence_features)
             c = self.calibrator.predict(answer_features(reply, prompt.memories, p.query))
         accepted = last or c >= (self.threshold if tau is None else tau)

@@ -64,3 +64,31 @@ def test_a_missing_artifact_is_a_startup_error_naming_the_field(tmp_path, monkey
         serving_core(tmp_path, monkeypatch, SMALL, LARGE, api_keys={"sk-a": "acme"},
                      router=RouterConfig(calibrator=str(tmp_path / "missing.json")))
     assert e.value.field == "router.calibrator"
+
+
+def test_statements_are_judged_by_the_confidence_not_the_calibrator(tmp_path, monkeypatch):
+    """The calibrator learnt from questions only: a statement's "Noted." has no value in memory
+    (P(correct) ~ 0 here) but is accepted on its log-prob at ``router.statement_tau``; with
+    ``statement_tau=None`` the calibrator judges it too and it escalates."""
+    path = memory_calibrator().save(tmp_path / "calibrator.json")
+    for statement_tau, tier in ((0.5, 0), (None, 1)):
+        core = serving_core(tmp_path / str(statement_tau), monkeypatch, SMALL, LARGE,
+                            api_keys={"sk-a": "acme"},
+                            router=RouterConfig(tau=1.0, max_tokens=24, calibrator=str(path),
+                                                statement_tau=statement_tau))
+        try:
+            assert ask(core, "My locker code is ZX-4471.")["tier"] == tier
+            assert ask(core, "What is my bike code?")["tier"] == 1  # a question: the calibrator
+        finally:
+            core.close()
+
+
+@pytest.mark.parametrize("text, asks", [
+    ("My locker code is 4417.", False), ("I moved to Lisbon last week.", False),
+    ("What is my locker code?", True), ("Remind me of my locker code.", True),
+    ("Thanks. Where did I park", True), ("I switched gyms; it's now FitHub.", False),
+])
+def test_asks_something(text, asks):
+    from memroute.routing.turn_kind import asks_something
+
+    assert asks_something(text) is asks
