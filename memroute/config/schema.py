@@ -175,8 +175,10 @@ class RouterConfig:
     calibrator: Optional[str] = None
     calibrator_threshold: Optional[float] = None
     # With a calibrator: a turn that asks nothing (memroute/routing/turn_kind.py) is judged by
-    # `confidence` >= this instead (the calibrator learnt from questions only). None: by it too.
-    statement_tau: Optional[float] = 0.5
+    # `confidence` >= this instead (the calibrator learnt from questions only). None (default):
+    # by the calibrator too. Off by default: on a first replay slice it cut escalation but the
+    # small model's acknowledgements then entered memory and F1 fell (docs/BENCHMARKS.md).
+    statement_tau: Optional[float] = None
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     memory_dates: bool = True
