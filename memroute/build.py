@@ -181,7 +181,8 @@ def pricing(cfg: ModelConfig) -> Pricing:
     """EffCost's P is the tier's real size; dollar prices come along for the projections."""
     from memroute.accounting.cost import Pricing
 
-    return Pricing(cfg.params_b, cfg.usd_per_m_input, cfg.usd_per_m_output)
+    return Pricing(cfg.params_b, cfg.usd_per_m_input, cfg.usd_per_m_output,
+                   cfg.cached_input_discount)
 
 
 def tier(cfg: ModelConfig, engine: Backend) -> Tier:

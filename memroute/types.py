@@ -147,6 +147,10 @@ class ModelReply:
     # client's `logprobs`): its text, and the engine's top alternatives as (text, logprob).
     token_texts: list[str] | None = None
     top_logprobs: list[list[tuple[str, float]]] | None = None
+    # Prompt tokens a prefix cache served: the engine's own count (vLLM's num_cached_tokens,
+    # an OpenAI server's prompt_tokens_details.cached_tokens), else counted from the token ids
+    # (memroute.llm.prefix_cache)
+    cached_tokens: int = 0
 
 
 @dataclass
@@ -164,6 +168,7 @@ class CallRecord:
     accepted: bool
     params_b: float = 0.0
     history_tokens: int = 0  # prompt tokens added by the client's earlier turns
+    cached_tokens: int = 0  # of the input, served from the engine's prefix cache
 
     @property
     def input_tokens(self) -> int:

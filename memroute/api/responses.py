@@ -18,12 +18,15 @@ from memroute.types import RouteResult
 HEADER_PREFIX = "x-memroute-"
 
 
-def usage(result: RouteResult) -> dict[str, int]:
-    """Tokens billed for the request: every call of the cascade, not only the answering one."""
+def usage(result: RouteResult) -> dict[str, Any]:
+    """Tokens billed for the request: every call of the cascade, not only the answering one;
+    ``prompt_tokens_details.cached_tokens``: those of them the engines' prefix caches served."""
     prompt = sum(c.input_tokens for c in result.calls)
     completion = sum(c.output_tokens for c in result.calls)
     total = prompt + completion
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+    cached = sum(c.cached_tokens for c in result.calls)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def memroute_report(result: RouteResult) -> dict[str, Any]:
@@ -45,6 +48,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
             "injected": sum(c.injected_tokens for c in result.calls),
             "history": sum(c.history_tokens for c in result.calls),
             "output": sum(c.output_tokens for c in result.calls),
+            "cached": sum(c.cached_tokens for c in result.calls),
         },
         "eff_cost": round(result.eff_cost, 6),
         "decoding": dict(result.decoding),
@@ -60,6 +64,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
                     "injected": c.injected_tokens,
                     "history": c.history_tokens,
                     "output": c.output_tokens,
+                    "cached": c.cached_tokens,
                 },
                 "eff_cost": round(c.eff_cost, 6),
                 "latency_ms": round(c.latency_s * 1000.0, 3),
@@ -159,6 +164,7 @@ def memroute_headers(result: RouteResult) -> dict[str, str]:
         "tokens-injected": str(r["tokens"]["injected"]),
         "tokens-history": str(r["tokens"]["history"]),
         "tokens-output": str(r["tokens"]["output"]),
+        "tokens-cached": str(r["tokens"]["cached"]),
         "memories": str(r["memories_used"]["count"]),
         "memory-ids": ",".join(r["memories_used"]["ids"]),
         "latency-ms": ",".join(f"{ms:.1f}" for ms in r["latency_ms"]),

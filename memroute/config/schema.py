@@ -125,6 +125,9 @@ class ModelConfig:
     price_as_params_b: Optional[float] = None  # price measured tokens as another model's P
     usd_per_m_input: float = 0.0
     usd_per_m_output: float = 0.0
+    # share of an input token's price (EffCost and USD) a prefix-cache hit saves: 0 = none,
+    # 0.9 = cached input at a tenth of the price (production price lists: 0.5-0.9)
+    cached_input_discount: float = 0.0
     max_model_len: int = 4096
     dtype: str = "auto"  # vLLM: on a CPU bfloat16 only with native bf16 (AVX512-BF16/AMX), else float32
     base_url: Optional[str] = None  # openai_http
@@ -185,6 +188,11 @@ class RouterConfig:
     memory_order: str = "chronological"  # chronological | relevance
     current_date: bool = True
     latest_wins: bool = True
+    # Where the retrieved memories go (prefix caching, memroute.routing.prompt):
+    # "system": appended to the system message (before the client's history);
+    # "before_question": a system message right before the question, so the system prompt, the
+    # facts block and the history are a prefix the engine's cache reuses across a user's turns.
+    memory_position: str = "system"
     # Short answers and absolute dates: on LoCoMo (50 q, Qwen 0.5B, warm) this prompt gave F1 28.3
     # against 12.6 for "answer in a few words" (full sentences and "last Saturday" cost token F1).
     system_prompt: str = (
@@ -220,6 +228,7 @@ def check_parts(cfg: PartsConfig) -> list[ModelConfig]:
         if m.price_as_params_b is not None:
             _number(m.price_as_params_b, f"cascade.{i}.price_as_params_b", low=0.0, low_open=True)
         _number(m.max_model_len, f"cascade.{i}.max_model_len", low=1, integer=True)
+        _number(m.cached_input_discount, f"cascade.{i}.cached_input_discount", low=0.0, high=1.0)
     e, mem, r, rt = cfg.embedder, cfg.memory, cfg.retrieval, cfg.router
     _number(e.batch_size, "embedder.batch_size", low=1, integer=True)
     for name in ("dim", "num_threads"):

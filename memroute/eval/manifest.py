@@ -260,7 +260,7 @@ class Drift:
         return [f"{name} (saved {saved[:12]}, now {now[:12]})" for name, saved, now in self.changed]
 
 
-LAYOUT_KEYS = ("memory_dates", "memory_order", "current_date", "latest_wins")
+LAYOUT_KEYS = ("memory_dates", "memory_order", "current_date", "latest_wins", "memory_position")
 
 
 def saved_layout(manifest: Mapping[str, Any]) -> RouterConfig:

@@ -51,6 +51,7 @@ from memroute.llm.chat import (
 )
 from memroute.llm.messages import to_chat_dicts
 from memroute.llm.options import GenerationOptions
+from memroute.llm.prefix_cache import PrefixCounter
 from memroute.llm.replies import apply_tool_calls, cut_at_stop
 from memroute.llm.streaming import StreamText
 from memroute.llm.tool_calls import tool_names
@@ -250,6 +251,7 @@ class MockBackend:
         # Fault injection for tests: while this file exists, every call fails as a down engine.
         self.down_when_exists = Path(down_when_exists) if down_when_exists else None
         self.model_id = model_id
+        self.prefix_cache = PrefixCounter()  # the prefix-cache hits a caching engine would have
         self.answer = _template(answer, "model.engine_args.answer")
         self.memory_answer = _template(memory_answer, "model.engine_args.memory_answer")
         self.tool_answer = _template(tool_answer, "model.engine_args.tool_answer")
@@ -440,6 +442,8 @@ class MockBackend:
             completion_tokens=keep,
             alt_logprobs=[lp - margin for lp in logprobs],
             finish_reason=finish,
+            cached_tokens=min(prompt_tokens, self.prefix_cache.cached(
+                chat_prompt_ids(self.tokenizer, messages, tools, tool_choice))),
         )
         if options is not None and options.logprobs:
             pieces = [decode([t], skip_special_tokens=False) for t in ids[:keep]]

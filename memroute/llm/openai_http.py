@@ -352,6 +352,7 @@ class OpenAIHTTPBackend:
             alt_logprobs=alts,
             latency_s=latency,
             finish_reason=finish,
+            cached_tokens=reported_cached(usage, prompt_tokens),
         )
         if options is not None and options.logprobs:
             k = min(max(int(options.top_logprobs), 0), MAX_TOP_LOGPROBS)
@@ -451,3 +452,14 @@ def _server_message(resp: Any) -> str:
             if body.get(key):
                 return str(body[key])[:500]
     return str(body)[:500]
+
+
+def reported_cached(usage: Mapping[str, Any], prompt_tokens: int) -> int:
+    """The server's prefix-cache hits (``usage.prompt_tokens_details.cached_tokens``; vLLM
+    sends it with ``--enable-prompt-tokens-details``); 0 when it reports none: a remote cache
+    is not guessed at."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    if isinstance(cached, bool) or not isinstance(cached, int):
+        return 0
+    return max(0, min(cached, prompt_tokens))

@@ -29,6 +29,7 @@ from typing import Any
 
 from memroute.errors import AssetError, BackendError, InvalidRequest
 from memroute.llm.chat import chat_prompt_ids, options_tools, text_token_count
+from memroute.llm.prefix_cache import PrefixCounter
 from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
 from memroute.llm.replies import apply_tool_calls, cut_at_stop, top_n
 from memroute.llm.streaming import StreamText
@@ -136,6 +137,8 @@ class TransformersBackend:
         self.path = folder
         self.batch_generate = batch_generate
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        # this engine caches no prefix: the count is what a prefix-caching engine would skip
+        self.prefix_cache = PrefixCounter()
         self.model = AutoModelForCausalLM.from_pretrained(
             str(folder), dtype=getattr(torch, dtype)
         ).eval()
@@ -385,6 +388,7 @@ class TransformersBackend:
                 alt_logprobs=alts[b][:keep],
                 latency_s=latency,
                 finish_reason="stop" if (eos_hit or stopped) else "length",
+                cached_tokens=self.prefix_cache.cached(prompt),
             )
             if opts.logprobs:
                 piece = self._piece

@@ -44,6 +44,7 @@ from typing import Any
 
 from memroute.errors import AssetError, BackendError, InvalidRequest
 from memroute.llm.chat import chat_prompt_ids, options_tools, text_token_count
+from memroute.llm.prefix_cache import PrefixCounter
 from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
 from memroute.llm.replies import alt_logprob, apply_tool_calls, cut_at_stop, top_n
 from memroute.llm.streaming import StreamText
@@ -119,6 +120,10 @@ class VLLMBackend:
         # A local folder or, on a machine that has it, a hub id (GPU presets).
         self._llm: Any = LLM(model=str(folder) if folder.exists() else str(path), **args)
         self._tokenizer = self._llm.get_tokenizer()
+        self.prefix_cache = PrefixCounter()
+        config = getattr(getattr(self._llm, "llm_engine", None), "vllm_config", None)
+        cache = getattr(config, "cache_config", None)
+        self.prefix_caching = bool(getattr(cache, "enable_prefix_caching", False))
 
     # -- protocol -------------------------------------------------------------------------
 
@@ -260,6 +265,14 @@ class VLLMBackend:
         )
         return params, stops
 
+    def _cached(self, output: Any) -> int:
+        """The engine's prefix-cache hits for this request; counted from the prompt's ids
+        (:mod:`memroute.llm.prefix_cache`) when the engine reports none (prefix caching off)."""
+        reported = getattr(output, "num_cached_tokens", None)
+        ids = list(output.prompt_token_ids)
+        counted = self.prefix_cache.cached(ids)  # kept in step either way
+        return int(reported) if isinstance(reported, int) and self.prefix_caching else counted
+
     def _prompt(self, messages: Sequence[Message], options: GenerationOptions | None) -> Any:
         from vllm.inputs import TokensPrompt
 
@@ -322,6 +335,7 @@ class VLLMBackend:
             alt_logprobs=alts[:keep],
             latency_s=latency,
             finish_reason=c.finish_reason or "stop",
+            cached_tokens=self._cached(output),
         )
         if options is not None and options.logprobs:
             k = _top_k(options)

@@ -2,8 +2,11 @@
 
 Memories go into the system context (the paper's "system-context messages"), appended to the
 client's own system prompt when it sent one: the user's current facts first when the router has
-a facts provider (:mod:`memroute.routing.facts_block`), then the retrieved turn-pairs. The
-budget is counted with the *target* model's tokenizer, so the same memories may fit one tier
+a facts provider (:mod:`memroute.routing.facts_block`), then the retrieved turn-pairs. With
+``position="before_question"`` the turn-pairs, which change with every question, go into a
+system message of their own right before the question instead, so everything that repeats across
+a user's requests (system prompt, tools, facts, the conversation so far) is a prefix an engine's
+prefix cache reuses. The budget is counted with the *target* model's tokenizer, so the same memories may fit one tier
 and not another; the probe tier can be given a smaller budget than escalations. The client's
 earlier turns follow the system message, trimmed oldest-first to what the tier's context
 leaves (:func:`trim_history`).
@@ -26,6 +29,7 @@ MEMORY_BLOCK_STARTS = (TODAY, MEMORY_HEADER, RELEVANCE_HEADER)  # how a memory b
 LATEST_WINS = "When memories disagree, the most recent one is correct."
 TURN_OVERHEAD_TOKENS = 6  # role markers and separators of one chat turn, about, across templates
 ORDERS = ("chronological", "relevance")
+POSITIONS = ("system", "before_question")
 
 
 @dataclass(frozen=True)
@@ -33,12 +37,14 @@ class MemoryLayout:
     """How the memory block shows time (each switch measured alone in docs/BENCHMARKS.md):
     ``dates``: each memory keeps its ``[date]``; ``order``: chronological (oldest first, so a
     change reads after the value it replaces) or relevance (retrieval rank); ``today``: the
-    question's date heads the block; ``latest_wins``: one instruction that the newest wins."""
+    question's date heads the block; ``latest_wins``: one instruction that the newest wins;
+    ``position``: where the block goes (module doc)."""
 
     dates: bool = True
     order: str = "chronological"
     today: bool = False
     latest_wins: bool = False
+    position: str = "system"
 
     def header(self, now: float | None) -> str:
         lines = []
@@ -54,8 +60,12 @@ def memory_layout(cfg: RouterConfig) -> MemoryLayout:
     if cfg.memory_order not in ORDERS:
         raise ConfigError(f"memory_order must be one of {', '.join(ORDERS)}, got "
                           f"{cfg.memory_order!r}", field="router.memory_order")
+    if cfg.memory_position not in POSITIONS:
+        raise ConfigError(f"memory_position must be one of {', '.join(POSITIONS)}, got "
+                          f"{cfg.memory_position!r}", field="router.memory_position")
     return MemoryLayout(dates=cfg.memory_dates, order=cfg.memory_order,
-                        today=cfg.current_date, latest_wins=cfg.latest_wins)
+                        today=cfg.current_date, latest_wins=cfg.latest_wins,
+                        position=cfg.memory_position)
 
 
 def memory_line(hit: RetrievalHit, dates: bool = True) -> str:
@@ -114,10 +124,13 @@ def build_messages(
 ) -> list[Message]:
     """System prompt (with the facts block and the memory block appended), the conversation so
     far, the question, and what followed it in this turn (the assistant's tool calls and their
-    results)."""
-    blocks = [b for b in (facts, render_memory_block(hits, layout, now) if hits else "") if b]
-    system = "\n\n".join([system_prompt, *blocks])
-    return [Message("system", system), *history, Message("user", query), *tail]
+    results). ``layout.position == "before_question"``: the memory block is a system message
+    of its own between the conversation and the question."""
+    memories = render_memory_block(hits, layout, now) if hits else ""
+    late = layout.position == "before_question"
+    system = "\n\n".join([system_prompt, *(b for b in (facts, "" if late else memories) if b)])
+    before = [Message("system", memories)] if late and memories else []
+    return [Message("system", system), *history, *before, Message("user", query), *tail]
 
 
 def trim_history(

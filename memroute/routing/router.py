@@ -354,11 +354,13 @@ class Router:
                 injected_tokens=reply.prompt_tokens - prompt.base_tokens - prompt.history_tokens,
                 history_tokens=prompt.history_tokens,
                 output_tokens=reply.completion_tokens,
-                eff_cost=tier.pricing.eff_cost(reply.prompt_tokens, reply.completion_tokens),
+                eff_cost=tier.pricing.eff_cost(reply.prompt_tokens, reply.completion_tokens,
+                                               reply.cached_tokens),
                 latency_s=reply.latency_s,
                 confidence=c,
                 accepted=accepted,
                 params_b=tier.pricing.params_b,
+                cached_tokens=reply.cached_tokens,
             )
         )
         if not accepted:

@@ -78,17 +78,19 @@ def test_chat_completion_shape():
     assert choice["index"] == 0 and choice["finish_reason"] == "stop"
     assert choice["message"] == {"role": "assistant", "content": "Rex the dog"}
     # Usage sums every call of the cascade: (40+25)+(42+60) prompt, 3+5 output.
-    assert body["usage"] == {"prompt_tokens": 167, "completion_tokens": 8, "total_tokens": 175}
+    assert body["usage"] == {"prompt_tokens": 167, "completion_tokens": 8, "total_tokens": 175,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
     m = body["memroute"]
     assert (m["tier"], m["model"], m["escalated"]) == (1, "large", True)
     assert m["confidences"] == [0.31, 0.82]
     assert m["memories_used"] == {"count": 2, "ids": [str(BIG_ID), "12345"]}
-    assert m["tokens"] == {"base": 82, "injected": 85, "history": 0, "output": 8}
+    assert m["tokens"] == {"base": 82, "injected": 85, "history": 0, "output": 8, "cached": 0}
     assert m["eff_cost"] == pytest.approx(4.8125 + 106.75)
     assert m["latency_ms"] == [120.0, 900.0]
     assert [c["tier"] for c in m["calls"]] == [0, 1]
     assert [c["accepted"] for c in m["calls"]] == [False, True]
-    assert m["calls"][1]["tokens"] == {"base": 42, "injected": 60, "history": 0, "output": 5}
+    assert m["calls"][1]["tokens"] == {"base": 42, "injected": 60, "history": 0, "output": 5,
+                                      "cached": 0}
     # Round-trips through JSON with the 64-bit id intact.
     back = json.loads(json.dumps(body))
     assert int(back["memroute"]["memories_used"]["ids"][0]) == BIG_ID
@@ -121,6 +123,7 @@ def test_headers_carry_the_report():
         "x-memroute-tokens-injected": "85",
         "x-memroute-tokens-history": "0",
         "x-memroute-tokens-output": "8",
+        "x-memroute-tokens-cached": "0",
         "x-memroute-memories": "2",
         "x-memroute-memory-ids": f"{BIG_ID},12345",
         "x-memroute-latency-ms": "120.0,900.0",
@@ -186,7 +189,8 @@ def test_stream_usage_chunk_when_asked():
     )
     assert events[-1]["choices"] == []
     assert events[-1]["usage"] == {
-        "prompt_tokens": 167, "completion_tokens": 8, "total_tokens": 175
+        "prompt_tokens": 167, "completion_tokens": 8, "total_tokens": 175,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
 

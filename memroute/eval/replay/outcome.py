@@ -33,6 +33,7 @@ class Outcome:
     memory_ids: list[str] = field(default_factory=list)
     calls: int = 1
     cache_hit: bool = False
+    tokens_cached: int = 0  # of the input, served by the engines' prefix caches
 
     @property
     def tokens_in(self) -> int:
@@ -47,9 +48,15 @@ class TierPrice:
     prod_params_b: float
     usd_per_m_input: float = 0.0
     usd_per_m_output: float = 0.0
+    cached_input_discount: float = 0.0  # ModelConfig.cached_input_discount
 
-    def usd(self, tokens_in: int, tokens_out: int) -> float:
-        return (tokens_in * self.usd_per_m_input + tokens_out * self.usd_per_m_output) / 1e6
+    def usd(self, tokens_in: int, tokens_out: int, cached: int = 0) -> float:
+        billed = tokens_in - self.cached_input_discount * cached
+        return (billed * self.usd_per_m_input + tokens_out * self.usd_per_m_output) / 1e6
+
+    def prod_eff_cost(self, tokens_in: int, tokens_out: int, cached: int = 0) -> float:
+        return eff_cost(tokens_in, tokens_out, self.prod_params_b, cached_tokens=cached,
+                        cached_discount=self.cached_input_discount)
 
 
 def from_route_result(
@@ -61,8 +68,8 @@ def from_route_result(
     prod = usd = 0.0
     for c in result.calls:
         price = prices[tier_index[c.tier]]
-        prod += eff_cost(c.input_tokens, c.output_tokens, price.prod_params_b)
-        usd += price.usd(c.input_tokens, c.output_tokens)
+        prod += price.prod_eff_cost(c.input_tokens, c.output_tokens, c.cached_tokens)
+        usd += price.usd(c.input_tokens, c.output_tokens, c.cached_tokens)
     return Outcome(
         answer=result.answer,
         tier=tier_index[d.answered_tier],
@@ -72,6 +79,7 @@ def from_route_result(
         tokens_base=sum(c.base_prompt_tokens for c in result.calls),
         tokens_injected=sum(c.injected_tokens for c in result.calls),
         tokens_output=sum(c.output_tokens for c in result.calls),
+        tokens_cached=sum(c.cached_tokens for c in result.calls),
         eff_cost=result.eff_cost,
         eff_cost_prod=prod,
         usd=usd,
@@ -89,8 +97,9 @@ def from_memroute_report(answer: str, report: Mapping[str, Any], prices: Sequenc
         price = prices[min(int(c["tier"]), len(prices) - 1)]
         t = c["tokens"]
         tokens_in = int(t["base"]) + int(t["injected"])
-        prod += eff_cost(tokens_in, int(t["output"]), price.prod_params_b)
-        usd += price.usd(tokens_in, int(t["output"]))
+        cached = int(t.get("cached", 0))
+        prod += price.prod_eff_cost(tokens_in, int(t["output"]), cached)
+        usd += price.usd(tokens_in, int(t["output"]), cached)
     tokens = report["tokens"]
     return Outcome(
         answer=answer,
@@ -107,4 +116,5 @@ def from_memroute_report(answer: str, report: Mapping[str, Any], prices: Sequenc
         latency_s=sum(float(ms) for ms in report.get("latency_ms", [])) / 1000.0,
         memory_ids=[str(i) for i in report["memories_used"]["ids"]],
         calls=len(calls),
+        tokens_cached=int(tokens.get("cached", 0)),
     )

@@ -115,6 +115,19 @@ def extraction_lines(rows: pl.DataFrame) -> str:
         for r in seen.iter_rows(named=True))
 
 
+def prefix_cache_table(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per strategy: prompt tokens per request, the share the engines' prefix caches served
+    (engine-reported, or counted from token ids: memroute.llm.prefix_cache), and the prefill
+    tokens left to compute. Empty for rows written before the column existed."""
+    if "tokens_cached" not in rows.columns or not rows.height:
+        return pl.DataFrame()
+    prompt = pl.col("tokens_base") + pl.col("tokens_injected")
+    return rows.group_by("strategy", maintain_order=True).agg(
+        prompt.mean().round(0).alias("prompt tok/req"),
+        (pl.col("tokens_cached").sum() / prompt.sum() * 100).round(1).alias("cached %"),
+        (prompt - pl.col("tokens_cached")).mean().round(0).alias("prefill tok/req"))
+
+
 def timing_table(timings: Mapping[str, Mapping[str, float]]) -> pl.DataFrame:
     """Where each strategy's replay time went: the models, the strategy around them (retrieval,
     token counts, memory writes), and the replay driver itself (scoring, checkpoint)."""
@@ -184,6 +197,11 @@ def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
             parts.insert(-1, "Serve replicas during the replay (RUNNING, sampled each second; "
                              f"{REPLICAS_NOTE}):")
             parts.insert(-1, to_markdown(per))
+    cache = prefix_cache_table(rows)
+    if cache.height:
+        parts.insert(-1, "Prompt tokens and the prefix cache (router.memory_position decides what "
+                         "repeats as a prefix):")
+        parts.insert(-1, to_markdown(cache))
     table = timing_table(timings or {})
     if table.height:
         parts.insert(-1, "Time (model: the engines' own time; strategy overhead: retrieval, token "

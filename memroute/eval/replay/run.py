@@ -71,7 +71,7 @@ def load_requests(cfg: ReplayConfig, run_dir: Path) -> list:
 
 def prices(models: Sequence[Any]) -> list[TierPrice]:
     return [TierPrice(m.params_b, m.price_as_params_b or m.params_b, m.usd_per_m_input,
-                      m.usd_per_m_output) for m in models]
+                      m.usd_per_m_output, m.cached_input_discount) for m in models]
 
 
 def memory_uri(cfg: ReplayConfig, run_dir: Path, strategy: str) -> str:
