@@ -23,6 +23,10 @@ class ReplayConfig(PartsConfig):
     concurrency: int = 8  # users in flight at once (a user's requests stay in order)
     limit: Optional[int] = None  # replay only the first N requests
     window: int = 200  # report window, in requests
+    # Each request carries its session's earlier turns (the questions and the strategy's own
+    # answers) as chat history, as a chat client sends them; off: the question alone. Not kept
+    # across a resumed run.
+    session_history: bool = False
     cache_threshold: float = 0.9  # semantic_cache: cosine at or above which a past answer is reused
     # memroute, in-process: every tier also answers alone on this share of the requests that have
     # a reference (shadow.jsonl), for `python -m jobs.calibrate` and the confidently-wrong rate.

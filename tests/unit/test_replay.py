@@ -213,3 +213,24 @@ def test_a_line_cut_by_a_kill_never_hides_the_rows_appended_after_the_resume(tmp
     assert [r["seq"] for r in again.iter_rows("memroute")] == [0, 1, 2, 3]
     frame = again.frame()  # read columnar from the file; nulls and floats in one column
     assert frame["seq"].to_list() == [0, 1, 2, 3] and frame["f1"].to_list() == [None, None, None, 0.5]
+
+
+def test_session_history_sends_each_sessions_earlier_turns_and_the_cache_reuses_them(
+        tmp_path, parts):
+    """replay.session_history: a request carries its session's earlier questions and this
+    strategy's answers; another session starts empty. With the memories before the question
+    (router.memory_position), the conversation is a prefix the cache reuses."""
+    t = trace(3)
+    t.append(replace(req(len(t), "alice", "What is my locker code?"), session_id="alice-d2"))
+    p = replace(parts(FakeRetriever()), session_history=True,
+                router=RouterConfig(tau=0.5, memory_position="before_question"))
+    rows = replay_strategy(STRATEGIES.get("memroute")("memroute", p), t,
+                           Checkpoint(tmp_path / "rows.jsonl"), concurrency=2)
+    alice = [r for r in rows if r["user_id"] == "acme:alice"]
+    history = [r["tokens_history"] for r in alice]
+    assert history[0] == 0 and history[-1] == 0  # a session's first request; a new session
+    assert history[1] > 0 and history[1] < history[2] < history[3]  # the session grows
+    assert alice[3]["tokens_cached"] > alice[1]["tokens_cached"]
+    off = replay_strategy(STRATEGIES.get("memroute")("memroute", parts(FakeRetriever())), t,
+                          Checkpoint(tmp_path / "off.jsonl"), concurrency=2)
+    assert all(r["tokens_history"] == 0 for r in off)  # the default: the question alone

@@ -34,10 +34,11 @@ class Outcome:
     calls: int = 1
     cache_hit: bool = False
     tokens_cached: int = 0  # of the input, served by the engines' prefix caches
+    tokens_history: int = 0  # the session's earlier turns (replay.session_history)
 
     @property
     def tokens_in(self) -> int:
-        return self.tokens_base + self.tokens_injected
+        return self.tokens_base + self.tokens_injected + self.tokens_history
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def from_route_result(
         tokens_injected=sum(c.injected_tokens for c in result.calls),
         tokens_output=sum(c.output_tokens for c in result.calls),
         tokens_cached=sum(c.cached_tokens for c in result.calls),
+        tokens_history=sum(c.history_tokens for c in result.calls),
         eff_cost=result.eff_cost,
         eff_cost_prod=prod,
         usd=usd,
@@ -96,7 +98,7 @@ def from_memroute_report(answer: str, report: Mapping[str, Any], prices: Sequenc
     for c in calls:
         price = prices[min(int(c["tier"]), len(prices) - 1)]
         t = c["tokens"]
-        tokens_in = int(t["base"]) + int(t["injected"])
+        tokens_in = int(t["base"]) + int(t["injected"]) + int(t.get("history", 0))
         cached = int(t.get("cached", 0))
         prod += price.prod_eff_cost(tokens_in, int(t["output"]), cached)
         usd += price.usd(tokens_in, int(t["output"]), cached)
@@ -117,4 +119,5 @@ def from_memroute_report(answer: str, report: Mapping[str, Any], prices: Sequenc
         memory_ids=[str(i) for i in report["memories_used"]["ids"]],
         calls=len(calls),
         tokens_cached=int(tokens.get("cached", 0)),
+        tokens_history=int(tokens.get("history", 0)),
     )

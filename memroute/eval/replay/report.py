@@ -122,6 +122,8 @@ def prefix_cache_table(rows: pl.DataFrame) -> pl.DataFrame:
     if "tokens_cached" not in rows.columns or not rows.height:
         return pl.DataFrame()
     prompt = pl.col("tokens_base") + pl.col("tokens_injected")
+    if "tokens_history" in rows.columns:
+        prompt = prompt + pl.col("tokens_history")
     return rows.group_by("strategy", maintain_order=True).agg(
         prompt.mean().round(0).alias("prompt tok/req"),
         (pl.col("tokens_cached").sum() / prompt.sum() * 100).round(1).alias("cached %"),

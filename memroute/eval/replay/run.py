@@ -158,7 +158,8 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
                 retriever = facts.feeding(retriever)
             parts = StrategyParts(tiers, prices(models), cfg.router, cfg.retrieval, retriever,
                                   encoder=encoder.encode, cache_threshold=cfg.cache_threshold,
-                                  facts=facts.store if facts else None)
+                                  facts=facts.store if facts else None,
+                                  session_history=cfg.session_history)
             strategy = STRATEGIES.get(name)(name, parts)
             if facts is not None:  # each row says which tier extracted (driver._row)
                 strategy.row_fields = facts.row_fields()

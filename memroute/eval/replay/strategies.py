@@ -36,6 +36,7 @@ from memroute.registry import Registry
 from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.facts_block import FactsSource
 from memroute.routing.router import MemoryRetriever, Router, RouteRequest, Tier
+from memroute.types import Message
 
 Wave = Sequence[tuple[int, TraceRequest]]  # (row number in the trace, request)
 
@@ -49,12 +50,12 @@ class Strategy(Protocol):
     def answer_many(self, wave: Wave) -> list[Outcome]: ...
 
 
-def route_request(seq: int, req: TraceRequest) -> RouteRequest:
+def route_request(seq: int, req: TraceRequest, history: Sequence[Message] = ()) -> RouteRequest:
     """The Router's request for trace row ``seq``: the user's namespace, the trace's session and
     time, and the row number as turn index (so a stored answer's id is known in advance)."""
     return RouteRequest(
         user_id=namespace(req.tenant, req.user_id), query=req.query, session_time=int(req.ts),
-        session_id=req.session_id, turn_index=seq,
+        session_id=req.session_id, turn_index=seq, history=tuple(history),
     )
 
 
@@ -70,6 +71,7 @@ class StrategyParts:
     encoder: Callable[[Sequence[str]], np.ndarray] | None = None  # semantic cache
     cache_threshold: float = 0.9
     facts: FactsSource | None = None  # memroute_facts: the fact layer's store (replay/facts.py)
+    session_history: bool = False  # ReplayConfig.session_history
 
 
 class RoutedStrategy:
@@ -85,9 +87,19 @@ class RoutedStrategy:
                              parts.retriever if memory else None,
                              facts=parts.facts if facts else None)
         self.prices = parts.prices
+        # (tenant, user, session) -> its turns so far, when requests carry their session
+        self.sessions: dict[tuple[str, str, str], list[Message]] | None = (
+            {} if parts.session_history else None)
 
     def answer_many(self, wave: Wave) -> list[Outcome]:
-        results = self.router.route_many([route_request(seq, req) for seq, req in wave])
+        keys = [(req.tenant, req.user_id, req.session_id) for _, req in wave]
+        turns = self.sessions if self.sessions is not None else {}
+        results = self.router.route_many([route_request(seq, req, turns.get(k, ()))
+                                          for (seq, req), k in zip(wave, keys)])
+        if self.sessions is not None:
+            for (_, req), k, r in zip(wave, keys, results):
+                self.sessions.setdefault(k, []).extend(
+                    [Message("user", req.query), Message("assistant", r.answer)])
         return [from_route_result(r, self.prices, self.slots) for r in results]
 
 
