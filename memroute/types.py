@@ -151,6 +151,8 @@ class ModelReply:
     # an OpenAI server's prompt_tokens_details.cached_tokens), else counted from the token ids
     # (memroute.llm.prefix_cache)
     cached_tokens: int = 0
+    # the engine's time to first token (vLLM with stats on: arrival to first token), else None
+    ttft_s: float | None = None
 
 
 @dataclass
@@ -169,6 +171,7 @@ class CallRecord:
     params_b: float = 0.0
     history_tokens: int = 0  # prompt tokens added by the client's earlier turns
     cached_tokens: int = 0  # of the input, served from the engine's prefix cache
+    ttft_s: float | None = None  # ModelReply.ttft_s
 
     @property
     def input_tokens(self) -> int:

@@ -336,6 +336,7 @@ class VLLMBackend:
             latency_s=latency,
             finish_reason=c.finish_reason or "stop",
             cached_tokens=self._cached(output),
+            ttft_s=_ttft(output),
         )
         if options is not None and options.logprobs:
             k = _top_k(options)
@@ -381,3 +382,9 @@ def _cuda_available() -> bool:
 
     return torch.cuda.is_available()
 
+
+def _ttft(output: Any) -> float | None:
+    """The engine's time to first token for this request (arrival to first token, so a batch's
+    queueing counts); vLLM keeps it only with stats on (``disable_log_stats: false``)."""
+    ttft = getattr(getattr(output, "metrics", None), "first_token_latency", None)
+    return float(ttft) if isinstance(ttft, (int, float)) and ttft > 0 else None

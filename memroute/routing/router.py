@@ -361,6 +361,7 @@ class Router:
                 accepted=accepted,
                 params_b=tier.pricing.params_b,
                 cached_tokens=reply.cached_tokens,
+                ttft_s=reply.ttft_s,
             )
         )
         if not accepted:

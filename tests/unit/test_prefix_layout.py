@@ -155,6 +155,9 @@ def test_the_replay_report_tables_the_cache_share():
     assert t["cached %"].to_list() == [25.0, 100.0]
     assert t["prefill tok/req"].to_list() == [75.0, 0.0]
     assert prefix_cache_table(rows.drop("tokens_cached")).height == 0  # older rows
+    assert "TTFT p50 ms" not in t.columns  # no engine said
+    timed = prefix_cache_table(rows.with_columns(pl.Series("ttft_s", [0.1, 0.3, 0.2])))
+    assert timed["TTFT p50 ms"].to_list()[1] == 200.0
 
 
 def test_an_http_servers_cached_count_is_read_from_usage_and_never_guessed():

@@ -35,6 +35,7 @@ class Outcome:
     cache_hit: bool = False
     tokens_cached: int = 0  # of the input, served by the engines' prefix caches
     tokens_history: int = 0  # the session's earlier turns (replay.session_history)
+    ttft_s: float | None = None  # the first call's time to first token, where the engine says
 
     @property
     def tokens_in(self) -> int:
@@ -82,6 +83,7 @@ def from_route_result(
         tokens_output=sum(c.output_tokens for c in result.calls),
         tokens_cached=sum(c.cached_tokens for c in result.calls),
         tokens_history=sum(c.history_tokens for c in result.calls),
+        ttft_s=result.calls[0].ttft_s if result.calls else None,
         eff_cost=result.eff_cost,
         eff_cost_prod=prod,
         usd=usd,

@@ -124,10 +124,13 @@ def prefix_cache_table(rows: pl.DataFrame) -> pl.DataFrame:
     prompt = pl.col("tokens_base") + pl.col("tokens_injected")
     if "tokens_history" in rows.columns:
         prompt = prompt + pl.col("tokens_history")
-    return rows.group_by("strategy", maintain_order=True).agg(
-        prompt.mean().round(0).alias("prompt tok/req"),
-        (pl.col("tokens_cached").sum() / prompt.sum() * 100).round(1).alias("cached %"),
-        (prompt - pl.col("tokens_cached")).mean().round(0).alias("prefill tok/req"))
+    aggs = [prompt.mean().round(0).alias("prompt tok/req"),
+            (pl.col("tokens_cached").sum() / prompt.sum() * 100).round(1).alias("cached %"),
+            (prompt - pl.col("tokens_cached")).mean().round(0).alias("prefill tok/req")]
+    if "ttft_s" in rows.columns and rows["ttft_s"].drop_nulls().len():
+        aggs += [(pl.col("ttft_s").quantile(q) * 1000).round(0).alias(f"TTFT p{int(q * 100)} ms")
+                 for q in (0.5, 0.95)]
+    return rows.group_by("strategy", maintain_order=True).agg(*aggs)
 
 
 def timing_table(timings: Mapping[str, Mapping[str, float]]) -> pl.DataFrame:
