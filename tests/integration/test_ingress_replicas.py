@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from memroute.config.journal import JournalConfig
-from memroute.config.schema import MemoryConfig
+from memroute.config.schema import MemoryConfig, RetrievalConfig
 from memroute.config.serve import AutoscalingConfig, IngressConfig
 from memroute.journal import PostgresJournal
 from memroute.memory import MilvusMemoryStore
@@ -55,6 +55,8 @@ def app(tmp_path_factory, milvus_server, postgres_server):  # noqa: F811
     cfg = serving.mock_serve_config(
         tmp, port, keys=KEYS, admin_keys=[ADMIN], tier0_rules=RULES, memory=memory,
         ingress=IngressConfig(num_cpus=0.25, autoscaling=two),
+        # each replica keeps users' vectors in process: kept true through the shared journal
+        retrieval=RetrievalConfig(hot_vectors=True),
         journal=JournalConfig(path=str(tmp / "journal.sqlite3"), url=journal_url,
                               lease_s=LEASE_S, max_backoff_s=1.0, interval_s=0.1))
     with serving.deployed(cfg, port) as up:
@@ -123,6 +125,30 @@ def test_read_your_writes_whichever_replica_answers(app):
     with ThreadPoolExecutor(12) as pool:
         got = list(pool.map(one, range(24)))
     assert got == [f"RW-{k:03d}" for k in range(24)]
+
+
+def test_hot_vectors_see_the_other_replicas_writes(app):
+    """Both replicas cache a user's memories (hot_vectors) before a new fact; whichever replica
+    flushed it, every later answer has it: the other replica rebuilt its copy when the shared
+    journal said another writer's entry had settled (not from the journal's pending read,
+    which the wait below outlasts)."""
+    users = [f"hv{k}" for k in range(4)]
+    with httpx.Client(base_url=app["url"], timeout=60) as client:
+        for u in users:
+            assert chat(client, "sk-rep-a", u, "My parcel code is HV-100.").status_code == 200
+        wait_drained(app["journal_url"])
+        for u in users:  # several asks per user: both replicas build and hold a copy
+            for _ in range(4):
+                assert chat(client, "sk-rep-a", u, "What was my parcel code?").status_code == 200
+        for u in users:
+            assert chat(client, "sk-rep-a", u, "My locker code is HV-200.").status_code == 200
+        wait_drained(app["journal_url"])
+        time.sleep(app["cfg"].journal.visible_after_s + 1.0)
+        answers = [chat(client, "sk-rep-a", u, "What was my locker code?")
+                   for u in users for _ in range(4)]
+    got = [(r.json()["choices"][0]["message"]["content"], r.headers.get("x-memroute-memories"),
+            r.headers.get("x-memroute-memory-degraded")) for r in answers]
+    assert all("HV-200" in text for text, _, _ in got), got
 
 
 def test_killing_one_replica_mid_traffic_loses_no_ack_and_doubles_nothing(app):

@@ -146,6 +146,9 @@ def test_usage_and_the_report_carry_the_cached_tokens_and_the_replay_prices_them
     assert o.eff_cost_prod == pytest.approx(
         (call.input_tokens - 0.9 * cached + 4 * call.output_tokens) * 8.0 / 8.0)
     assert o.usd == pytest.approx((call.input_tokens - 0.9 * cached) / 1e6)
+    undiscounted = from_route_result(res, [TierPrice(0.5, 8.0)], [0])
+    assert undiscounted.eff_cost_prod - 0.9 * undiscounted.cached_prod == \
+        pytest.approx(o.eff_cost_prod)  # any discount from one run's rows
 
 
 def test_the_replay_report_tables_the_cache_share():

@@ -36,6 +36,9 @@ class Outcome:
     tokens_cached: int = 0  # of the input, served by the engines' prefix caches
     tokens_history: int = 0  # the session's earlier turns (replay.session_history)
     ttft_s: float | None = None  # the first call's time to first token, where the engine says
+    # EffCost@prod of the cached input tokens alone, undiscounted: at cached_input_discount d
+    # instead of the configured d0 the request costs eff_cost_prod + (d0 - d) * this
+    cached_prod: float = 0.0
 
     @property
     def tokens_in(self) -> int:
@@ -67,9 +70,10 @@ def from_route_result(
     """``tier_index[i]``: the cascade slot of the router's tier i (a one-tier router over the
     large model answers as cascade slot 1, not 0)."""
     d = result.decision
-    prod = usd = 0.0
+    prod = usd = cached_prod = 0.0
     for c in result.calls:
         price = prices[tier_index[c.tier]]
+        cached_prod += c.cached_tokens * price.prod_params_b / 8.0
         prod += price.prod_eff_cost(c.input_tokens, c.output_tokens, c.cached_tokens)
         usd += price.usd(c.input_tokens, c.output_tokens, c.cached_tokens)
     return Outcome(
@@ -84,6 +88,7 @@ def from_route_result(
         tokens_cached=sum(c.cached_tokens for c in result.calls),
         tokens_history=sum(c.history_tokens for c in result.calls),
         ttft_s=result.calls[0].ttft_s if result.calls else None,
+        cached_prod=cached_prod,
         eff_cost=result.eff_cost,
         eff_cost_prod=prod,
         usd=usd,
