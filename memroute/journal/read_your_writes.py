@@ -172,8 +172,11 @@ class JournaledRetriever:
         newer ones are read from the journal (the snapshot above). A user's settled seq (of the
         entries other flushers wrote: this process's own writes extend its cache) that moved
         since this process last looked means a write it has not seen: the cache is rebuilt
-        from the store on the next read. A user first seen here is dropped once (its
-        copy may predate anything). One indexed query per user per request."""
+        from the store on the next read, with a read that sees every acknowledged write
+        (``BM25Cache``: a Session read may not show another client's write yet, and a rebuild
+        that missed it would be kept). A user first seen here is dropped once if another
+        writer ever wrote to it (its copy may predate that). One indexed query per user per
+        request."""
         assert self.caching is not None
         for uid in user_ids:
             seq = self.journal.settled_seq(uid, self.visible_after_s, writer=self.writer)
@@ -182,7 +185,7 @@ class JournaledRetriever:
                 self._settled[uid] = seq
                 if len(self._settled) > SETTLED_USERS:
                     self._settled.popitem(last=False)
-            if seen is None or seq > seen:
+            if seq > (seen or 0):
                 self.caching.invalidate(uid)
 
     def forget_user(self, user_id: str) -> int:

@@ -217,33 +217,40 @@ class MilvusMemoryStore:
         _check_varchar(query, MAX_TEXT, "query")
         return flt
 
-    def list_user(self, user_id: str) -> list[Memory]:
-        """Every memory of one user, oldest session first (paged: users may exceed 16384 rows)."""
-        rows = [_memory(r, r["id"]) for r in self._read(lambda: self._user_rows(user_id))]
+    def list_user(self, user_id: str, *, fresh: bool = False) -> list[Memory]:
+        """Every memory of one user, oldest session first (paged: users may exceed 16384 rows).
+        ``fresh``: a Strong read on a server, which sees every write acknowledged before it, by
+        any client (a Session read may miss another replica's latest write for a moment)."""
+        rows = [_memory(r, r["id"]) for r in self._read(lambda: self._user_rows(user_id,
+                                                                               fresh=fresh))]
         return sorted(rows, key=lambda m: (m.session_time, m.session_id, m.turn_index, m.id))
 
     def _read(self, call: Any) -> Any:
         """A read on the request path (see milvus_rows.reloading and ReadBreaker)."""
         return reloading(self._client, self.collection, call, self._breaker)
 
-    def _user_rows(self, user_id: str, fields: list[str] | None = None) -> list[dict]:
+    def _user_rows(self, user_id: str, fields: list[str] | None = None, *,
+                   fresh: bool = False) -> list[dict]:
         """One plain query while the user has fewer than QUERY_WINDOW rows (it honours the
         timeout, and the consistency: pymilvus' query_iterator retries a server that does not
         answer for a minute and opens with a Strong query), the paged iterator beyond."""
         self._check_open()
         fields = fields or self._fields
+        consistency = {"consistency_level": "Strong"} if fresh and self._consistency else \
+            self._consistency
         res = self._client.query(self.collection, output_fields=fields, limit=QUERY_WINDOW,
                                  timeout=self._timeout_s,
                                  **self._filter_kwargs(filters.user_filter(user_id)),
-                                 **self._consistency)
+                                 **consistency)
         if len(res) < QUERY_WINDOW:
             return list(res)
         return list(self._pages(self._iter_kwargs(user_id), READ_BATCH, fields))
 
-    def list_user_vectors(self, user_id: str) -> UserRows:
+    def list_user_vectors(self, user_id: str, *, fresh: bool = False) -> UserRows:
         """The user's memories with their vectors, row for row, in one read (the retriever's
-        in-process dense leg, ``retrieval.hot_vectors``)."""
-        rows = self._read(lambda: self._user_rows(user_id, [*self._fields, "vector"]))
+        in-process dense leg, ``retrieval.hot_vectors``); ``fresh`` as in :meth:`list_user`."""
+        rows = self._read(lambda: self._user_rows(user_id, [*self._fields, "vector"],
+                                                  fresh=fresh))
         vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
         return UserRows([_memory(r, r["id"]) for r in rows], vectors)
 

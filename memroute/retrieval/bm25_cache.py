@@ -6,6 +6,7 @@ dropped on invalidation or erasure.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections import OrderedDict
@@ -65,6 +66,13 @@ class MemoryIndex:
 Loader = Callable[[str], "Sequence[Memory] | UserRows"]
 
 
+def _parameters(fn: Callable[..., object]) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature: the plain call
+        return set()
+
+
 def _cap_bytes(mb: object) -> int:
     if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not 0 <= mb <= 1_048_576:
         raise ConfigError(f"bm25_cache_mb must be a number of MB in [0, 1048576], got {mb!r}",
@@ -89,8 +97,11 @@ class BM25Cache:
 
     The retriever invalidates a user whenever it writes that user's memories; the next search
     rebuilds from the store. Writes made elsewhere (another process, a batch ingest) are only
-    seen after :meth:`invalidate` / :meth:`clear`. Thread-safe: an index built while the user
-    was invalidated is returned to its caller but not cached.
+    seen after :meth:`invalidate` / :meth:`clear`. The first rebuild after :meth:`invalidate`
+    asks a loader that takes ``fresh`` for a read that sees every write acknowledged before it
+    (a Milvus server's Strong read: another replica's write may not be visible yet to a Session
+    read, and a rebuild that missed it would be kept). Thread-safe: an index built while the
+    user was invalidated is returned to its caller but not cached.
     """
 
     def __init__(
@@ -111,6 +122,8 @@ class BM25Cache:
             raise ConfigError("max_bytes must be an integer >= 0 (0: no byte cap)",
                               field="retrieval.bm25_cache_mb")
         self._loader = loader
+        self._takes_fresh = "fresh" in _parameters(loader)
+        self._reread: set[str] = set()  # invalidated users: the next load reads fresh
         self.k1, self.b, self.ngram, self.method, self.stem = k1, b, ngram, method, stem
         self._build([])  # validates the parameters now rather than on the first search
         self.max_users = max_users
@@ -171,7 +184,13 @@ class BM25Cache:
                 self._hits += 1
                 return entry
             stamp = self._stamp(uid)
-        loaded = self._loader(uid)  # outside the lock: a store round trip
+            fresh = self._takes_fresh and uid in self._reread
+        # outside the lock: a store round trip
+        loaded = self._loader(uid, fresh=True) if fresh else self._loader(uid)  # type: ignore[call-arg]
+        if fresh:
+            with self._lock:
+                if self._stamp(uid) == stamp:  # not invalidated again meanwhile
+                    self._reread.discard(uid)
         if isinstance(loaded, UserRows):
             entry = self._build(list(loaded.memories), loaded.vectors)
         else:
@@ -232,6 +251,7 @@ class BM25Cache:
         with self._lock:
             self._drop(user_id)
             self._generation[user_id] = self._generation.get(user_id, 0) + 1
+            self._reread.add(user_id)
 
     def _stamp(self, uid: str) -> tuple[int, int, int]:
         """What must not change while an index of ``uid`` is built (caller holds the lock)."""
@@ -245,6 +265,7 @@ class BM25Cache:
         with self._lock:
             found = self._drop(uid)
             self._generation[uid] = self._generation.get(uid, 0) + 1
+            self._reread.discard(uid)
         return found
 
     def forget_tenant(self, tenant: str) -> int:

@@ -241,3 +241,26 @@ def test_rows_survive_a_server_restart(tmp_path, encoder):
             store.close()
     finally:
         server.stop()
+
+
+def test_a_fresh_read_sees_another_clients_write_at_once(memory, encoder):
+    """A replica rebuilding its cached copy after another replica's write (settled seq) reads
+    fresh: Strong, so the write is in it whatever the query node's lag (a Session read of a
+    client that did not write waits for nothing)."""
+    store, _ = memory
+    other = MilvusMemoryStore(MemoryConfig(uri=store.cfg.uri, collection=store.collection),
+                              encoder.dim)  # another client: another replica's flusher
+    asked = []
+    query = store._client.query
+    store._client.query = lambda *a, **kw: asked.append(kw.get("consistency_level")) or query(*a, **kw)
+    try:
+        new = pair(ALICE, 301, "My gym locker is number 88.", "Noted, 88.")
+        other.upsert([new], encoder.encode([new.text()]))  # no flush
+        assert new.id in {m.id for m in store.list_user(ALICE, fresh=True)}
+        assert new.id in {m.id for m in store.list_user_vectors(ALICE, fresh=True).memories}
+        store.list_user(ALICE)
+        assert asked == ["Strong", "Strong", "Session"]
+        other.delete_ids(ALICE, [new.id])
+    finally:
+        store._client.query = query
+        other.close()

@@ -169,6 +169,37 @@ def test_cache_builds_lazily_once_and_rebuilds_after_invalidate():
     assert loader.calls == ["alice", "alice"]
 
 
+class FreshLoader(Loader):
+    """A store whose read can be asked to see every acknowledged write (a Strong read)."""
+
+    def __call__(self, user_id: str, *, fresh: bool = False) -> list[Memory]:
+        self.calls.append(f"{user_id}{'!' if fresh else ''}")
+        return list(self.rows.get(user_id, []))
+
+
+def test_the_first_rebuild_after_an_invalidation_reads_fresh_and_only_that_one():
+    """Another replica's write seen through the journal invalidates the user; a rebuild by a
+    plain (Session) read might not show that write yet and would be kept, so it reads fresh."""
+    loader = FreshLoader()
+    cache = BM25Cache(loader)
+    cache.get("alice")
+    cache.invalidate("alice")
+    cache.get("alice")
+    cache.invalidate("alice")
+    cache.forget_user("alice")  # erased: nothing to re-read fresh
+    cache.get("alice")
+    cache.invalidate("bob")
+    cache.get("bob")
+    cache.get("bob")
+    assert loader.calls == ["alice", "alice!", "alice", "bob!"]
+    plain = Loader()  # a loader without ``fresh`` is called as before
+    BM25Cache(plain).invalidate("carol")
+    c2 = BM25Cache(plain)
+    c2.invalidate("carol")
+    c2.get("carol")
+    assert plain.calls == ["carol"]
+
+
 def test_cache_is_per_user_and_lru_bounded():
     loader = Loader()
     for u in ("a", "b", "c"):
