@@ -22,6 +22,7 @@ from memroute.llm.openai_http import OpenAIHTTPBackend
 from memroute.llm.options import GenerationOptions
 from memroute.llm.streaming import StreamText, stream_safe_len
 from memroute.types import Message, ModelReply
+from memroute.llm.prefix_cache import PrefixCounter
 
 from .test_generation_options import tiny_transformers
 
@@ -209,6 +210,7 @@ def _vllm_stream_backend(monkeypatch, answer: str, finish: str = "length"):
     backend = object.__new__(VLLMBackend)
     backend.model_id = "v"
     backend._tokenizer = tok
+    backend.prefix_cache, backend.prefix_caching = PrefixCounter(), False  # no engine cache
     backend._llm = SimpleNamespace(llm_engine=engine, request_counter=itertools.count(),
                                    _preprocess_cmpl_one=lambda p: ("rendered", p))
     return backend, engine

@@ -19,6 +19,7 @@ from memroute.llm.mock_backend import MockBackend, SimpleTokenizer
 from memroute.llm.openai_http import OpenAIHTTPBackend
 from memroute.llm.options import GenerationOptions
 from memroute.types import Message, ModelReply, ToolCall
+from memroute.llm.prefix_cache import PrefixCounter
 
 Q = [Message("system", "Be brief."), Message("user", "Name three colours.")]
 WEATHER = {"type": "function", "function": {
@@ -246,6 +247,7 @@ def _bare_vllm():
     backend.model_id = "v"
     backend._llm = SimpleNamespace()
     backend._tokenizer = _CharTokenizer()
+    backend.prefix_cache, backend.prefix_caching = PrefixCounter(), False  # no engine cache
     return backend
 
 

@@ -20,6 +20,7 @@ from memroute.llm.messages import to_chat_dicts
 from memroute.llm.openai_http import OpenAIHTTPBackend
 from memroute.llm.replies import alt_logprob, cut_at_stop, find_stop, token_starts, tokens_before
 from memroute.types import Message
+from memroute.llm.prefix_cache import PrefixCounter
 
 # -- message conversion ---------------------------------------------------------------------
 
@@ -265,6 +266,7 @@ def _bare_vllm_backend():
     backend = object.__new__(VLLMBackend)  # no engine: only the output parsing is tested
     backend.model_id = "v"
     backend._tokenizer = _CharTokenizer()
+    backend.prefix_cache, backend.prefix_caching = PrefixCounter(), False  # no engine cache
     return backend
 
 
