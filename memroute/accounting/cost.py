@@ -13,6 +13,11 @@ from dataclasses import dataclass
 OUTPUT_WEIGHT = 4.0
 
 
+def billed_input(input_tokens: float, cached_tokens: float, cached_discount: float) -> float:
+    """Input tokens as priced: each cached one at ``1 - cached_discount`` of a token."""
+    return input_tokens - cached_discount * cached_tokens
+
+
 def eff_cost(input_tokens: int, output_tokens: int, params_b: float, *,
              cached_tokens: int = 0, cached_discount: float = 0.0) -> float:
     """``cached_tokens`` of ``input_tokens`` cost ``1 - cached_discount`` of a token each."""
@@ -22,7 +27,7 @@ def eff_cost(input_tokens: int, output_tokens: int, params_b: float, *,
         raise ValueError(f"{cached_tokens} cached tokens of {input_tokens} input tokens")
     if not 0.0 <= cached_discount <= 1.0:
         raise ValueError(f"cached_discount must be in [0, 1], got {cached_discount!r}")
-    billed = input_tokens - cached_discount * cached_tokens
+    billed = billed_input(input_tokens, cached_tokens, cached_discount)
     return (billed + OUTPUT_WEIGHT * output_tokens) * params_b / 8.0
 
 
@@ -45,5 +50,5 @@ class Pricing:
                         cached_discount=self.cached_input_discount)
 
     def usd(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
-        billed = input_tokens - self.cached_input_discount * cached_tokens
+        billed = billed_input(input_tokens, cached_tokens, self.cached_input_discount)
         return (billed * self.usd_per_m_input + output_tokens * self.usd_per_m_output) / 1e6

@@ -56,7 +56,3 @@ class PrefixCounter:
             while len(self._blocks) > self.max_blocks:
                 self._blocks.popitem(last=False)
         return hit * self.block_size
-
-    def clear(self) -> None:
-        with self._lock:
-            self._blocks.clear()

@@ -269,9 +269,9 @@ class VLLMBackend:
         """The engine's prefix-cache hits for this request; counted from the prompt's ids
         (:mod:`memroute.llm.prefix_cache`) when the engine reports none (prefix caching off)."""
         reported = getattr(output, "num_cached_tokens", None)
-        ids = list(output.prompt_token_ids)
-        counted = self.prefix_cache.cached(ids)  # kept in step either way
-        return int(reported) if isinstance(reported, int) and self.prefix_caching else counted
+        if self.prefix_caching and isinstance(reported, int):
+            return reported
+        return self.prefix_cache.cached(list(output.prompt_token_ids))
 
     def _prompt(self, messages: Sequence[Message], options: GenerationOptions | None) -> Any:
         from vllm.inputs import TokensPrompt

@@ -6,7 +6,6 @@ dropped on invalidation or erasure.
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 from collections import OrderedDict
@@ -21,6 +20,7 @@ from memroute.errors import ConfigError
 from memroute.namespace import SEPARATOR as TENANT_SEPARATOR
 from memroute.retrieval.bm25 import DEFAULT_METHOD, BM25Index
 from memroute.retrieval.hot_vectors import UserRows, UserVectors
+from memroute.retrieval.temporal import takes_keyword
 from memroute.types import Memory, validate_user_id
 
 MEMORY_OBJECT_BYTES = 200  # a Memory dataclass instance, its small fields and its dict slot
@@ -64,13 +64,6 @@ class MemoryIndex:
 
 # A user's memories, or (retrieval.hot_vectors) the memories with their vectors
 Loader = Callable[[str], "Sequence[Memory] | UserRows"]
-
-
-def _parameters(fn: Callable[..., object]) -> set[str]:
-    try:
-        return set(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):  # a builtin without a signature: the plain call
-        return set()
 
 
 def _cap_bytes(mb: object) -> int:
@@ -122,7 +115,7 @@ class BM25Cache:
             raise ConfigError("max_bytes must be an integer >= 0 (0: no byte cap)",
                               field="retrieval.bm25_cache_mb")
         self._loader = loader
-        self._takes_fresh = "fresh" in _parameters(loader)
+        self._takes_fresh = takes_keyword(loader, "fresh")
         self._reread: set[str] = set()  # invalidated users: the next load reads fresh
         self.k1, self.b, self.ngram, self.method, self.stem = k1, b, ngram, method, stem
         self._build([])  # validates the parameters now rather than on the first search

@@ -300,12 +300,18 @@ def question_times(times: Sequence[object] | None, n: int, now: float) -> list[f
     return [check_question_time(t) for t in times]
 
 
-def takes_time_window(search: object) -> bool:
-    """Whether a store's ``search`` takes ``time_window`` (the Milvus store does)."""
+def takes_keyword(fn: object, name: str) -> bool:
+    """Whether ``fn`` takes the keyword ``name`` (a store's ``search`` ``time_window``, a loader
+    ``fresh``); a callable without a signature is called plainly."""
     try:
-        return "time_window" in inspect.signature(search).parameters  # type: ignore[arg-type]
+        return name in inspect.signature(fn).parameters  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return False
+
+
+def takes_time_window(search: object) -> bool:
+    """Whether a store's ``search`` takes ``time_window`` (the Milvus store does)."""
+    return takes_keyword(search, "time_window")
 
 
 def in_window(hits: Sequence[tuple[Any, float]], window: TimeWindow) -> list[tuple[Any, float]]:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memroute.accounting.cost import eff_cost
+from memroute.accounting.cost import billed_input, eff_cost
 from memroute.types import RouteResult
 
 CACHE_TIER = -1  # "tier" of an answer served from the semantic cache (no model called)
@@ -56,7 +56,7 @@ class TierPrice:
     cached_input_discount: float = 0.0  # ModelConfig.cached_input_discount
 
     def usd(self, tokens_in: int, tokens_out: int, cached: int = 0) -> float:
-        billed = tokens_in - self.cached_input_discount * cached
+        billed = billed_input(tokens_in, cached, self.cached_input_discount)
         return (billed * self.usd_per_m_input + tokens_out * self.usd_per_m_output) / 1e6
 
     def prod_eff_cost(self, tokens_in: int, tokens_out: int, cached: int = 0) -> float:
