@@ -7,6 +7,7 @@ from typing import Optional
 
 from memroute.config.extraction import ExtractionConfig, check_extraction_config
 from memroute.config.schema import PartsConfig, RayConfig, TrackingConfig, check_parts
+from memroute.config.summary import SummaryConfig, check_summary_config
 from memroute.errors import ConfigError
 
 DEFAULT_STRATEGIES = ["memroute", "always_large", "always_small", "cascade_no_memory", "semantic_cache"]
@@ -49,6 +50,8 @@ class ReplayConfig(PartsConfig):
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     # memroute_facts: the served fact extraction (threshold, schema, keys), by extraction.tier
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
+    # memroute_summary: the compacting summary tree instead of the turn-pairs (config/summary.py)
+    summary: SummaryConfig = field(default_factory=SummaryConfig)
 
 
 def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
@@ -83,6 +86,8 @@ def check_replay_config(cfg: ReplayConfig) -> ReplayConfig:
     if "memroute_facts" in cfg.strategies and cfg.extraction.tier >= len(cfg.cascade):
         raise ConfigError(f"extraction.tier {cfg.extraction.tier} is not a tier of the "
                           f"{len(cfg.cascade)}-tier cascade", field="extraction.tier")
+    if "memroute_summary" in cfg.strategies:
+        check_summary_config(cfg.summary, len(cfg.cascade))
     if cfg.target != "inprocess" and cfg.strategies != ["memroute"]:
         raise ConfigError("an http target replays the endpoint itself: set strategies=[memroute] "
                           "(baselines run in-process)", field="strategies")

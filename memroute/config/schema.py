@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from memroute.config.fact_layer import FactLayerConfig
+from memroute.config.summary import SummaryConfig, check_summary_config
 from memroute.errors import ConfigError
 
 
@@ -337,6 +338,7 @@ class BenchmarkConfig(PartsConfig):
     batch_size: int = 16  # questions generated together per tier
     # the *_facts conditions: fact extraction over each user's conversation (config/fact_layer.py)
     fact_layer: FactLayerConfig = field(default_factory=FactLayerConfig)
+    summary: SummaryConfig = field(default_factory=SummaryConfig)  # the *_summary conditions
 
 
 def check_benchmark_config(cfg: BenchmarkConfig) -> BenchmarkConfig:
@@ -344,6 +346,7 @@ def check_benchmark_config(cfg: BenchmarkConfig) -> BenchmarkConfig:
     check_parts(cfg)
     check_model_paths(cfg)
     _number(cfg.batch_size, "batch_size", low=1, integer=True)
+    check_summary_config(cfg.summary, len(cfg.cascade))
     if not cfg.conditions:
         raise ConfigError("conditions is empty: name at least one (warm_compound, ...)",
                           field="conditions")

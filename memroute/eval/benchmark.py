@@ -25,6 +25,8 @@ from memroute.eval.full_context import (
 )
 from memroute.eval.metrics import bleu1, f1
 from memroute.llm.base import Backend
+from memroute.memory.summary import SummaryMemory
+from memroute.memory.summary.memory import is_summary
 from memroute.retrieval.with_units import is_unit, source_turn_id
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.facts_block import FactsSource, injected_facts
@@ -106,6 +108,7 @@ def run_conditions(
     context_tokens: Sequence[int] | None = None,
     facts: FactsSource | None = None,
     units_retriever: MemoryRetriever | None = None,
+    summary_memory: SummaryMemory | None = None,
 ) -> tuple[list[dict[str, Any]], list[ConditionTiming]]:
     """Answer every question under every condition; one prediction row per (condition, question).
 
@@ -114,6 +117,8 @@ def run_conditions(
     :mod:`memroute.eval.fact_layer`), which the ``*_facts`` conditions inject; they are read as
     of each user's last turn-pair. ``units_retriever``: the turn-pairs and the atomic units
     together (:class:`~memroute.retrieval.with_units.WithUnits`), for the ``*_units`` conditions.
+    ``summary_memory``: the users' compacted summary trees (already built over the same
+    conversations), for the ``*_summary`` conditions; a summary counts as the turns it covers.
     """
     from tqdm.auto import tqdm
 
@@ -130,6 +135,10 @@ def run_conditions(
         if cond.units and units_retriever is None:
             raise ConfigError(f"condition {name!r} needs the atomic units (units_retriever=...)",
                               field="conditions")
+        if cond.summary and summary_memory is None:
+            raise ConfigError(f"condition {name!r} needs the summary trees (summary_memory=...)",
+                              field="conditions")
+        dia = summary_dia(summary_memory, memory_dia_ids) if cond.summary else memory_dia_ids
         timed = [TimedBackend(tiers[i].backend) for i in cond.tier_indexes(len(tiers))]
         cond_tiers = [
             Tier(tiers[i].name, tb, tiers[i].pricing)  # type: ignore[arg-type]
@@ -145,7 +154,8 @@ def run_conditions(
         else:
             # Evaluation measures a fixed memory: answers are not written back here.
             cfg = replace(router_cfg, use_memory=cond.use_memory, use_routing=cond.use_routing, store_answers=False)
-            memory = units_retriever if cond.units else retriever
+            memory = (units_retriever if cond.units else summary_memory if cond.summary
+                      else retriever)
             router = Router(cond_tiers, cfg, retrieval_cfg, memory if cond.use_memory else None,
                             facts=facts if cond.facts else None)
             for lo in range(0, len(questions), batch_size):
@@ -155,13 +165,23 @@ def run_conditions(
                                      session_time=asked_at(conv) if cond.facts else None)
                         for conv, qa in chunk]
                 for (conv, qa), res in zip(chunk, router.route_many(reqs)):
-                    rows.append(_row(name, conv, qa, res, small_model, memory_dia_ids))
+                    rows.append(_row(name, conv, qa, res, small_model, dia))
                 bar.update(len(chunk))
         bar.close()
         timings.append(
             ConditionTiming(name, time.perf_counter() - start, sum(t.generate_s for t in timed))
         )
     return rows, timings
+
+
+def summary_dia(memory: SummaryMemory | None, dia: dict[int, tuple[str, ...]]
+                ) -> dict[int, tuple[str, ...]]:
+    """``dia`` with every summary node's evidence keys: those of the turn-pairs it covers."""
+    out = dict(dia)
+    for tree in (memory.trees.values() if memory else ()):
+        for node in tree.nodes.values():
+            out[node.id] = tuple(sorted({d for p in node.covers for d in dia.get(p, ())}))
+    return out
 
 
 def _run_full_context(
@@ -229,6 +249,9 @@ def _row(
     if history is not None:
         injected_dia = sorted(set(history.keys))
     evidence = set(qa.evidence)
+    summaries = [h.memory for h in memories if is_summary(h.memory)]
+    summary_dia_ids = {d for m in summaries for d in dia.get(m.id, ())}
+    verbatim_dia_ids = set(injected_dia) - summary_dia_ids
     facts_text = injected_facts(res.messages[0].content) if res.messages else ""
     return {
         "condition": cond,
@@ -255,6 +278,11 @@ def _row(
         # UTF-8 bytes of the memory block (header + lines) in the answering prompt
         "memory_bytes": len(render_memory_block(memories).encode()) if memories else 0,
         "evidence_injected": bool(evidence & set(injected_dia)) if evidence else None,
+        # summary-tree conditions: the evidence reached the prompt only inside summaries (null
+        # elsewhere), and those summaries' text (the compacted_away cause reads both)
+        "evidence_compacted": (bool(evidence & summary_dia_ids) and not evidence & verbatim_dia_ids)
+        if evidence and summaries else None,
+        "compacted_text": "\n".join(m.text for m in summaries),
         # the facts block of the answering prompt ("" without the fact layer)
         "facts_block": facts_text,
         "facts_injected": sum(line.startswith("- ") for line in facts_text.splitlines()),

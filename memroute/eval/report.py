@@ -32,6 +32,8 @@ _TYPES: dict[str, pl.DataType] = {
     "memory_ids": pl.List(pl.Int64()),
     "evidence_injected": pl.Boolean(),
     "facts_block": pl.String(),
+    "evidence_compacted": pl.Boolean(),
+    "compacted_text": pl.String(),
 }
 
 
@@ -47,6 +49,9 @@ def predictions_frame(rows: Sequence[Mapping[str, Any]], prod_params: Mapping[st
 
 
 def summary(df: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
+    """Per condition. With summary-tree conditions, ``+compaction`` is EffCost with each answer's
+    share of its user's compaction calls (``compaction_eff_cost``, 0 for the other conditions)."""
+    compacted = "compaction_eff_cost" in df.columns
     out = (
         df.group_by("condition")
         .agg(
@@ -59,6 +64,8 @@ def summary(df: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
             pl.col("output_tokens").sum().alias("out"),
             pl.col("eff_cost").sum().round(0).alias("EffCost"),
             pl.col("eff_cost_prod").sum().round(0).alias("EffCost@prod"),
+            *([(pl.col("eff_cost") + pl.col("compaction_eff_cost")).sum().round(0)
+               .alias("EffCost+compaction")] if compacted else []),
             (pl.col("evidence_injected").cast(pl.Float64).mean() * 100).round(1).alias("evid %"),
             pl.col("memory_bytes").mean().round(0).alias("mem B/q"),
             pl.col("injected_tokens").mean().round(1).alias("mem tok/q"),

@@ -28,6 +28,7 @@ from memroute.eval.manifest import MANIFEST, build_manifest, write_manifest
 from memroute.eval.plots import all_plots
 from memroute.eval.report import calls_frame, new_run_dir, predictions_frame, tables, to_markdown
 from memroute.eval.rescore import METRICS_FILE, tables_json
+from memroute.eval.summary_run import add_compaction_costs, build_summary_memory, compaction_section
 from memroute.retrieval.with_units import WithUnits
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
@@ -85,14 +86,17 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
 
     tiers = []
     facts, fact_stats = None, None
-    unit_index, with_units = None, None
+    unit_index, with_units, trees = None, None, None
     try:
         # Only the tiers the selected conditions call are loaded (a capacity sweep on
         # warm_memory_only never loads the large model).
         chosen = [CONDITIONS.get(c, field="conditions") for c in cfg.conditions]
         want_units = any(c.units for c in chosen)
         want_layer = want_units or any(c.facts for c in chosen)
+        want_trees = any(c.summary for c in chosen)
         load = needed_tiers(cfg.conditions, len(models))
+        if want_trees:
+            load.add(cfg.summary.tier)
         if want_layer:
             if not cfg.fact_layer.tier < len(models):
                 raise ConfigError(f"fact_layer.tier {cfg.fact_layer.tier} is not a tier of the "
@@ -115,11 +119,17 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
             add_units(unit_index, load_units(run_dir))
             with_units = WithUnits(retriever, unit_index, unit_k=cfg.fact_layer.unit_k,
                                    unit_weight=cfg.fact_layer.unit_weight)
+        if want_trees:  # each user's sessions compacted by summary.tier, turn by turn
+            trees = build_summary_memory(
+                [as_eval_conversation(c) for c in conversations], tiers[cfg.summary.tier],
+                cfg.summary, tier_index=cfg.summary.tier, batch_size=cfg.batch_size,
+                progress=progress, run_dir=run_dir)
+            print(f"summary trees: {trees.stats()}")
         rows, timings = run_conditions(
             conversations, tiers, retriever, cfg.router, cfg.retrieval, cfg.conditions,
             memory_dia_ids=dia, batch_size=cfg.batch_size, progress=progress,
             context_tokens=[m.max_model_len for m in models], facts=facts,
-            units_retriever=with_units,
+            units_retriever=with_units, summary_memory=trees,
         )
     finally:
         for t in tiers:
@@ -131,7 +141,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
             facts.close()
 
     prod = {m.name: (m.price_as_params_b or m.params_b) for m in models}
-    df = predictions_frame(rows, prod)
+    df = add_compaction_costs(predictions_frame(rows, prod), trees, prod)
     # LongMemEval questions have no LoCoMo category (null) except abstention (5): keep one type.
     df = add_causes(df.with_columns(pl.col("category").cast(pl.Int64)), WRONG_BELOW)
     group_col, group_label = GROUP_COLUMNS.get(cfg.dataset.name, ("category", "category"))
@@ -156,6 +166,7 @@ def run_benchmark(cfg: BenchmarkConfig, *, progress: bool = True) -> BenchmarkOu
         f"precedence {' > '.join(CAUSES)}):\n\n" + to_markdown(tabs["causes"]),
         "Time per condition:\n\n" + to_markdown(timing_table),
         *_history_section(df, cfg.conditions),
+        *compaction_section(trees, df, group_col),
         f"total {time.time() - started:.0f}s on {platform.node()} ({platform.machine()})",
     ])
     flat = flatten(cfg)

@@ -29,6 +29,8 @@ def test_correct_answers_have_no_cause_and_the_threshold_is_configurable():
     "kw, expected",
     [
         ({"evidence_injected": False}, "not_retrieved"),
+        ({"evidence_compacted": True, "compacted_text": "[8 May 2023] Summary: moved abroad."},
+         "compacted_away"),
         ({"prediction": "Lyon", "reference": "Paris", "stale_answer": "Lyon"}, "stale_value"),
         ({"prediction": "I don't know"}, "hedged"),
         ({"prediction": ""}, "hedged"),
@@ -89,6 +91,7 @@ def test_add_causes_on_a_frame_gives_one_cause_per_wrong_row():
     df = pl.DataFrame([
         row(f1=1.0, prediction="Paris"),
         row(evidence_injected=False),
+        row(evidence_compacted=True, compacted_text="Summary: the user moved."),
         row(prediction="Lyon", stale_answer="Lyon"),
         row(prediction="no idea, I don't know"),
         row(),
@@ -96,6 +99,18 @@ def test_add_causes_on_a_frame_gives_one_cause_per_wrong_row():
         row(evidence_injected=None),
     ])
     out = add_causes(df)
-    assert out["correct"].to_list() == [True] + [False] * 6
+    assert out["correct"].to_list() == [True] + [False] * 7
     assert out["cause"].to_list() == [None, *CAUSES]
     assert out.schema["cause"] == pl.String
+
+
+def test_a_summary_that_still_holds_the_answer_is_not_compacted_away():
+    kept = "[8 May 2023] Summary: the user lives in Paris now."
+    assert cause(evidence_compacted=True, compacted_text=kept) == "confident_wrong_cheap"
+    # evidence also injected verbatim (evidence_compacted False): the summary is not to blame
+    assert cause(evidence_compacted=False, compacted_text="moved") == "confident_wrong_cheap"
+    # never injected at all comes first
+    assert cause(evidence_injected=False, evidence_compacted=True) == "not_retrieved"
+    # a summary that kept only the superseded value: the compaction lost the correction
+    assert cause(prediction="Lyon", stale_answer="Lyon", evidence_compacted=True,
+                 compacted_text="Summary: lives in Lyon.") == "compacted_away"

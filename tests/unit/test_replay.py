@@ -106,10 +106,10 @@ def test_needs_memory_is_the_built_strategys_stores_memory(parts, monkeypatch):
                                                                    routing=True))
     for name in STRATEGIES.names():
         p = replace(parts(FakeRetriever(), encoder=lambda texts: np.ones((len(texts), 4))),
-                    facts=lambda user: [])
+                    facts=lambda user: [], summary=object())
         assert STRATEGIES.get(name)(name, p).stores_memory is needs_memory(name), name
     assert {n for n in STRATEGIES.names() if needs_memory(n)} == {
-        "memroute", "memroute_facts", "memroute_copy"}
+        "memroute", "memroute_facts", "memroute_summary", "memroute_copy"}
 
 
 def test_semantic_cache_reuses_answers_and_serves_stale_ones(tmp_path, parts):

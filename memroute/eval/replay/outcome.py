@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memroute.accounting.cost import billed_input, eff_cost
-from memroute.types import RouteResult
+from memroute.types import CallRecord, RouteResult
 
 CACHE_TIER = -1  # "tier" of an answer served from the semantic cache (no model called)
 
@@ -39,6 +39,12 @@ class Outcome:
     # EffCost@prod of the cached input tokens alone, undiscounted: at cached_input_discount d
     # instead of the configured d0 the request costs eff_cost_prod + (d0 - d) * this
     cached_prod: float = 0.0
+    # memroute_summary: the compaction calls this request's stored turn caused (the summary tree's
+    # leaf and merge calls). They are in eff_cost, eff_cost_prod and usd above; these say how much.
+    compaction_calls: int = 0
+    tokens_compaction: int = 0  # their input + output tokens
+    compaction_eff_cost: float = 0.0
+    compaction_eff_cost_prod: float = 0.0
 
     @property
     def tokens_in(self) -> int:
@@ -96,6 +102,22 @@ def from_route_result(
         memory_ids=[str(h.memory.id) for h in d.memories],
         calls=len(result.calls),
     )
+
+
+def add_compaction(o: Outcome, calls: Sequence[CallRecord], prices: Sequence[TierPrice]) -> Outcome:
+    """``o`` with the compaction ``calls`` (each priced as its cascade slot, ``CallRecord.tier``)
+    added to its cost and counted in the ``compaction_*`` columns."""
+    for c in calls:
+        price = prices[c.tier]
+        prod = price.prod_eff_cost(c.input_tokens, c.output_tokens, c.cached_tokens)
+        o.compaction_calls += 1
+        o.tokens_compaction += c.input_tokens + c.output_tokens
+        o.compaction_eff_cost += c.eff_cost
+        o.compaction_eff_cost_prod += prod
+        o.eff_cost += c.eff_cost
+        o.eff_cost_prod += prod
+        o.usd += price.usd(c.input_tokens, c.output_tokens, c.cached_tokens)
+    return o
 
 
 def from_memroute_report(answer: str, report: Mapping[str, Any], prices: Sequence[TierPrice]) -> Outcome:

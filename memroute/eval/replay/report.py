@@ -133,6 +133,24 @@ def prefix_cache_table(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.group_by("strategy", maintain_order=True).agg(*aggs)
 
 
+def compaction_table(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per strategy that compacts (memroute_summary): its compaction calls and their share of
+    its EffCost@prod (already inside eff_cost_prod), and the injected memory per request."""
+    if "compaction_calls" not in rows.columns:
+        return pl.DataFrame()
+    rows = rows.filter(pl.col("strategy").is_in(
+        rows.filter(pl.col("compaction_calls") > 0)["strategy"].unique().to_list()))
+    return rows.group_by("strategy", maintain_order=True).agg(
+        pl.len().alias("requests"),
+        pl.col("compaction_calls").sum().alias("compaction calls"),
+        pl.col("tokens_compaction").sum().alias("compaction tokens"),
+        pl.col("compaction_eff_cost_prod").sum().round(0).alias("compaction EffCost@prod"),
+        (pl.col("compaction_eff_cost_prod").sum() / pl.col("eff_cost_prod").sum() * 100)
+        .round(1).alias("% of EffCost@prod"),
+        pl.col("tokens_injected").mean().round(0).alias("injected tok/req"),
+    )
+
+
 def timing_table(timings: Mapping[str, Mapping[str, float]]) -> pl.DataFrame:
     """Where each strategy's replay time went: the models, the strategy around them (retrieval,
     token counts, memory writes), and the replay driver itself (scoring, checkpoint)."""
@@ -207,6 +225,10 @@ def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
         parts.insert(-1, "Prompt tokens and the prefix cache (router.memory_position decides what "
                          "repeats as a prefix):")
         parts.insert(-1, to_markdown(cache))
+    compaction = compaction_table(rows)
+    if compaction.height:
+        parts.insert(-1, "Compaction (the summary tree's own calls, included in the EffCost above):")
+        parts.insert(-1, to_markdown(compaction))
     table = timing_table(timings or {})
     if table.height:
         parts.insert(-1, "Time (model: the engines' own time; strategy overhead: retrieval, token "

@@ -20,6 +20,7 @@ import polars as pl
 from memroute import build
 from memroute.config.replay import ReplayConfig, check_replay_config
 from memroute.config.schema import is_server_uri, ordered_cascade
+from memroute.config.summary import SummaryConfig
 from memroute.errors import ConfigError
 from memroute.eval.replay.driver import Checkpoint, Row, replay_strategy
 from memroute.eval.replay.facts import replay_facts
@@ -31,8 +32,10 @@ from memroute.eval.replay.strategies import (
     StrategyParts,
     needs_facts,
     needs_memory,
+    needs_summary,
 )
 from memroute.eval.report import new_run_dir
+from memroute.memory.summary import Compactor, SummaryMemory
 from memroute.tracking.mlflow_tracking import Tracker, flatten
 
 CHECKPOINT = "rows.jsonl"
@@ -145,8 +148,11 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
     bar = Progress(len(requests) * len(cfg.strategies), len(checkpoint.done), enabled=progress)
     try:
         for name in cfg.strategies:
-            memory, facts = None, None
-            if needs_memory(name):
+            memory, facts, trees, trees_file = None, None, None, None
+            if needs_summary(name):  # compacted by summary.tier; kept beside the checkpoint
+                trees_file = run_dir / f"summary_trees.{name}.json"
+                trees = summary_memory(cfg.summary, tiers, trees_file)
+            elif needs_memory(name):
                 memory_cfg = replace(cfg.memory, uri=memory_uri(cfg, run_dir, name))
                 memory = build.memory(cfg.embedder, memory_cfg, cfg.retrieval, assets, enc=encoder)
                 _restore_memories(memory, list(checkpoint.iter_rows(name)))
@@ -159,7 +165,8 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
             parts = StrategyParts(tiers, prices(models), cfg.router, cfg.retrieval, retriever,
                                   encoder=encoder.encode, cache_threshold=cfg.cache_threshold,
                                   facts=facts.store if facts else None,
-                                  session_history=cfg.session_history)
+                                  session_history=cfg.session_history,
+                                  summary=trees, summary_file=trees_file)
             strategy = STRATEGIES.get(name)(name, parts)
             if facts is not None:  # each row says which tier extracted (driver._row)
                 strategy.row_fields = facts.row_fields()
@@ -172,6 +179,8 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
                                 shadow_log=Checkpoint(run_dir / SHADOW) if shadow else None,
                                 timing=timings[name])
             finally:
+                if trees is not None:
+                    print(f"{name}: summary trees {trees.stats()}")
                 if facts is not None:
                     print(f"{name}: fact extraction {facts.stats()}")
                     facts.close()
@@ -183,6 +192,16 @@ def _replay_in_process(cfg: ReplayConfig, models: list, requests: list, checkpoi
         for t in tiers:
             t.backend.close()
     return timings
+
+
+def summary_memory(cfg: SummaryConfig, tiers: list, path: Path) -> SummaryMemory:
+    """memroute_summary's trees, compacted by tier ``cfg.tier``; a resumed run loads its own."""
+    t = tiers[cfg.tier]
+    memory = SummaryMemory(cfg, Compactor(t.backend, t.pricing, tier=cfg.tier,
+                                          node_tokens=cfg.node_tokens))
+    if path.exists():
+        memory.load(path)
+    return memory
 
 
 def _restore_memories(memory: build.MemoryParts, rows: list[Row]) -> None:

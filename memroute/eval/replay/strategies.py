@@ -8,6 +8,11 @@ Each strategy answers a wave of requests (distinct users, in trace order) and re
 memroute           memory + confidence routing; every answered turn is stored (cross-model)
 memroute_facts     memroute with the fact layer: facts extracted from the stored turns by the
                    first tier (the served lane, waited for per wave), current values injected
+memroute_summary   memroute with a compacting summary tree instead of the turn-pairs (sessions
+                   summarized by ``summary.tier``, merged upward under ``summary.budget_tokens``;
+                   :mod:`memroute.memory.summary`). Each request pays for the compaction its
+                   stored turn caused; its ``memory_ids`` are the turn-pairs under what it was
+                   shown (a summary stands for every pair it covers), so evidence hits compare.
 cascade_no_memory  confidence routing alone, no memory
 always_small       the first tier, no memory
 always_large       the last tier, no memory
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -29,11 +35,18 @@ import numpy as np
 
 from memroute.config.schema import RetrievalConfig, RouterConfig
 from memroute.datasets.records import TraceRequest
-from memroute.eval.replay.outcome import CACHE_TIER, Outcome, TierPrice, from_route_result
+from memroute.eval.replay.outcome import (
+    CACHE_TIER,
+    Outcome,
+    TierPrice,
+    add_compaction,
+    from_route_result,
+)
 from memroute.eval.replay.scoring import best_f1
 from memroute.namespace import namespace
 from memroute.registry import Registry
 from memroute.routing.confidence_features import features as answer_features
+from memroute.memory.summary import SummaryMemory
 from memroute.routing.facts_block import FactsSource
 from memroute.routing.router import MemoryRetriever, Router, RouteRequest, Tier
 from memroute.types import Message
@@ -72,19 +85,25 @@ class StrategyParts:
     cache_threshold: float = 0.9
     facts: FactsSource | None = None  # memroute_facts: the fact layer's store (replay/facts.py)
     session_history: bool = False  # ReplayConfig.session_history
+    summary: SummaryMemory | None = None  # memroute_summary: the users' summary trees
+    summary_file: Path | None = None  # where they are saved after every wave (a resumed run)
 
 
 class RoutedStrategy:
     def __init__(self, name: str, parts: StrategyParts, tier_slots: Sequence[int], *,
-                 memory: bool, routing: bool, facts: bool = False) -> None:
+                 memory: bool, routing: bool, facts: bool = False, summary: bool = False) -> None:
         if facts and parts.facts is None:
             raise ValueError(f"{name} needs the fact layer (StrategyParts.facts)")
+        if summary and parts.summary is None:
+            raise ValueError(f"{name} needs the summary trees (StrategyParts.summary)")
+        self.summary = parts.summary if summary else None
+        self.summary_file = parts.summary_file
         self.name = name
         self.stores_memory = memory
         self.slots = list(tier_slots)
         cfg = replace(parts.router, use_memory=memory, use_routing=routing, store_answers=memory)
         self.router = Router([parts.tiers[i] for i in self.slots], cfg, parts.retrieval,
-                             parts.retriever if memory else None,
+                             (self.summary or parts.retriever) if memory else None,
                              facts=parts.facts if facts else None)
         self.prices = parts.prices
         # (tenant, user, session) -> its turns so far, when requests carry their session
@@ -100,7 +119,19 @@ class RoutedStrategy:
             for (_, req), k, r in zip(wave, keys, results):
                 self.sessions.setdefault(k, []).extend(
                     [Message("user", req.query), Message("assistant", r.answer)])
-        return [from_route_result(r, self.prices, self.slots) for r in results]
+        outcomes = [from_route_result(r, self.prices, self.slots) for r in results]
+        if self.summary is not None:
+            self._add_compaction(wave, outcomes)
+        return outcomes
+
+    def _add_compaction(self, wave: Wave, outcomes: list[Outcome]) -> None:
+        tree = self.summary
+        assert tree is not None
+        for (_, req), o in zip(wave, outcomes):
+            add_compaction(o, tree.drain_calls(namespace(req.tenant, req.user_id)), self.prices)
+            o.memory_ids = [str(p) for m in o.memory_ids for p in tree.covers(int(m))]
+        if self.summary_file is not None:
+            tree.save(self.summary_file)
 
 
 class SemanticCache:
@@ -169,17 +200,19 @@ class Routed:
     stores_memory: bool
     routing: bool
     facts: bool = False
+    summary: bool = False  # the summary tree instead of the turn-pairs (memroute_summary)
 
     def __call__(self, name: str, parts: StrategyParts) -> Strategy:
         n = len(parts.tiers)
         slots = {"all": range(n), "first": [0], "last": [n - 1]}[self.tiers]
         return RoutedStrategy(name, parts, slots, memory=self.stores_memory, routing=self.routing,
-                              facts=self.facts)
+                              facts=self.facts, summary=self.summary)
 
 
 STRATEGIES: Registry[StrategyBuilder] = Registry("replay strategy")
 STRATEGIES.add("memroute", Routed("all", stores_memory=True, routing=True))
 STRATEGIES.add("memroute_facts", Routed("all", stores_memory=True, routing=True, facts=True))
+STRATEGIES.add("memroute_summary", Routed("all", stores_memory=True, routing=True, summary=True))
 STRATEGIES.add("cascade_no_memory", Routed("all", stores_memory=False, routing=True))
 STRATEGIES.add("always_small", Routed("first", stores_memory=False, routing=False))
 STRATEGIES.add("always_large", Routed("last", stores_memory=False, routing=False))
@@ -193,6 +226,11 @@ def needs_memory(name: str) -> bool:
 
 def needs_facts(name: str) -> bool:
     return bool(getattr(STRATEGIES.get(name, field="strategies"), "facts", False))
+
+
+def needs_summary(name: str) -> bool:
+    """Whether strategy ``name`` reads a summary tree (then it needs no Milvus store)."""
+    return bool(getattr(STRATEGIES.get(name, field="strategies"), "summary", False))
 
 
 class ShadowRecorder:
