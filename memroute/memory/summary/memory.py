@@ -46,6 +46,7 @@ class SummaryMemory:
         self.trees: dict[str, UserTree] = {}
         self.calls: dict[str, list[CallRecord]] = {}
         self._undrained: dict[str, int] = {}
+        self._owner: dict[int, str] = {}  # summary node id -> its user
 
     def tree(self, user_id: str) -> UserTree:
         if user_id not in self.trees:
@@ -84,18 +85,17 @@ class SummaryMemory:
             if not jobs:
                 return
             for job, done in zip(jobs, self.compactor.compact_many([j.prompt_text for j in jobs])):
-                self.trees[job.user_id].apply(job, done.summary)
+                node = self.trees[job.user_id].apply(job, done.summary)
+                self._owner[node.id] = job.user_id
                 self.calls.setdefault(job.user_id, []).append(done.call)
 
     def covers(self, memory_id: int) -> tuple[int, ...]:
         """The turn-pair ids a view item stands for (a summary: every pair under it)."""
-        for t in self.trees.values():
-            if memory_id in t.nodes:
-                return t.nodes[memory_id].covers
-        return (memory_id,)
+        user = self._owner.get(memory_id)
+        return self.trees[user].nodes[memory_id].covers if user is not None else (memory_id,)
 
     def is_summary(self, memory_id: int) -> bool:
-        return any(memory_id in t.nodes for t in self.trees.values())
+        return memory_id in self._owner
 
     def drain_calls(self, user_id: str) -> list[CallRecord]:
         """The user's compaction calls since the last drain (those its latest request caused)."""
@@ -120,6 +120,7 @@ class SummaryMemory:
         self.trees = {d["user_id"]: UserTree.from_dict(d, self.cfg, count) for d in data["trees"]}
         self.calls = {u: [CallRecord(**c) for c in cs] for u, cs in data["calls"].items()}
         self._undrained = {u: int(n) for u, n in data.get("drained", {}).items()}
+        self._owner = {i: u for u, t in self.trees.items() for i in t.nodes}
 
     def stats(self) -> dict[str, float]:
         calls = [c for cs in self.calls.values() for c in cs]
