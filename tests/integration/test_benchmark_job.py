@@ -149,3 +149,26 @@ def test_longmemeval_full_context_run(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0 and "identical to the saved run" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_the_summary_conditions_run_from_the_job_and_price_the_compaction(tmp_path):
+    """``jobs.benchmark`` with the summary-tree conditions on mock tiers: the trees are built by
+    summary.tier, saved, reported, and their calls are priced into each answer."""
+    cmd = [
+        sys.executable, "-m", "jobs.benchmark", "model@cascade.0=mock", "model@cascade.1=mock-large",
+        "tracking=disabled", f"output_dir={tmp_path / 'runs'}", f"hydra.run.dir={tmp_path / 'hydra'}",
+        "dataset.num_users=2", "dataset.sessions_per_user=4",
+        "conditions=[warm_memory_only,warm_summary_only]", "summary.leaf_trigger_tokens=128",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = next((tmp_path / "runs").glob("*/predictions.parquet")).parent
+    trees = json.loads((run_dir / "summary_trees.json").read_text())
+    calls = sum(len(c) for c in trees["calls"].values())
+    assert calls > 0 and trees["config"]["leaf_trigger_tokens"] == 128
+    df = pl.read_parquet(run_dir / "predictions.parquet")
+    summ = df.filter(pl.col("condition") == "warm_summary_only")
+    assert summ["compaction_calls"].sum() == pytest.approx(calls)
+    assert (df.filter(pl.col("condition") == "warm_memory_only")["compaction_calls"] == 0).all()
+    report = (run_dir / "report.md").read_text()
+    assert "compacted_away" in report and f"{calls} compaction calls" in report
