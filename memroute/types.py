@@ -121,6 +121,13 @@ def memory_of(pair: TurnPair) -> Memory:
     )
 
 
+def chronological_key(m: TurnPair | Memory) -> tuple[int, float, str, int]:
+    """Time order of turn-pairs: session time (whole seconds), then when each was recorded
+    (a served pair's ``created_at``: two answers within one second keep their order; a
+    dataset's pairs share their session's), then the dataset's own session and turn order."""
+    return (int(m.session_time), float(m.created_at), m.session_id, int(m.turn_index))
+
+
 @dataclass(frozen=True)
 class RetrievalHit:
     memory: Memory

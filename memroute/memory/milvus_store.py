@@ -31,7 +31,7 @@ from memroute.memory.milvus_rows import is_int as _is_int
 from memroute.memory.milvus_rows import memory_from_row as _memory
 from memroute.memory.milvus_rows import quiet_pymilvus as _quiet_pymilvus
 from memroute.memory.milvus_writes import WRITE_BATCH, check_vectors, pair_rows, write_rows
-from memroute.types import Memory, TurnPair, validate_user_id
+from memroute.types import Memory, TurnPair, chronological_key, validate_user_id
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class MilvusMemoryStore:
         any client (a Session read may miss another replica's latest write for a moment)."""
         rows = [_memory(r, r["id"]) for r in self._read(lambda: self._user_rows(user_id,
                                                                                fresh=fresh))]
-        return sorted(rows, key=lambda m: (m.session_time, m.session_id, m.turn_index, m.id))
+        return sorted(rows, key=lambda m: (*chronological_key(m), m.id))
 
     def _read(self, call: Any) -> Any:
         """A read on the request path (see milvus_rows.reloading and ReadBreaker)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from memroute.config.schema import RouterConfig
 from memroute.errors import ConfigError
 from memroute.memory.supersession import contradicts_itself, split_memory_text
-from memroute.types import Message, RetrievalHit, format_session_date
+from memroute.types import Message, RetrievalHit, chronological_key, format_session_date
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
 RELEVANCE_HEADER = "Memories of earlier conversations with this user (most relevant first):"
@@ -108,7 +108,7 @@ def render_memory_block(hits: Sequence[RetrievalHit], layout: MemoryLayout = Mem
     """By default chronological, so a later correction reads after the value it replaces."""
     ordered = list(hits)
     if layout.order == "chronological":
-        ordered.sort(key=lambda h: (h.memory.session_time, h.memory.session_id, h.memory.turn_index))
+        ordered.sort(key=lambda h: chronological_key(h.memory))
     return "\n".join([layout.header(now), *(memory_line(h, layout.dates) for h in ordered)])
 
 

@@ -41,6 +41,19 @@ def test_large_budget_takes_everything():
     assert len(select_within_budget(HITS, 10_000, words)) == 3
 
 
+def test_two_served_pairs_in_the_same_second_keep_the_order_they_were_recorded():
+    """Served pairs share session "live" and whole-second session times, and their turn index
+    is a hash: the later one (by created_at) must read last, whatever the hashes say."""
+    def served(i, text, turn, created):
+        return RetrievalHit(Memory(i, "u", text, 500, created_at=created, session_id="live",
+                                   turn_index=turn), 1.0)
+
+    older = served(1, "[1 May 2024] Q: What was my parcel code? / A: HV-100", 9_000, 500.10)
+    newer = served(2, "[1 May 2024] Q: My locker code is HV-200. / A: Noted", 1_000, 500.90)
+    for hits in ([older, newer], [newer, older]):
+        assert render_memory_block(hits).splitlines()[-1].endswith("Noted")
+
+
 def test_block_is_chronological_and_messages_carry_it_in_system():
     block = render_memory_block(HITS)
     lines = block.splitlines()
