@@ -318,6 +318,8 @@ class DatasetConfig:
     num_users: int = 4  # synthetic generator
     sessions_per_user: int = 6
     size: Optional[str] = None  # longmemeval without a path: generated small | default | s-like
+    # longmemeval: keep only these question types (e.g. [knowledge-update]); None: all six
+    question_types: Optional[list[str]] = None
 
 
 @dataclass

@@ -26,7 +26,7 @@ from memroute.config import DatasetConfig
 from memroute.datasets.cases import locomo_cases, longmemeval_cases
 from memroute.datasets.conversations import from_locomo, from_longmemeval
 from memroute.datasets.locomo import load_locomo, turn_pairs
-from memroute.datasets.longmemeval import lme_turn_pairs, load_longmemeval
+from memroute.datasets.longmemeval import QUESTION_TYPES, lme_turn_pairs, load_longmemeval
 from memroute.datasets.records import Conversation, EvalConversation, LMEQuestion, RetrievalCase
 from memroute.datasets.traces import load_traces, trace_turn_pairs
 from memroute.errors import ConfigError
@@ -155,7 +155,16 @@ class _LongMemEval(Dataset):
     """LongMemEval format: every question is its own user (its haystack)."""
 
     def questions(self, cfg: DatasetConfig, work_dir: Path) -> list[LMEQuestion]:
-        return load_longmemeval(longmemeval_path(cfg, work_dir), limit=cfg.limit)
+        types = cfg.question_types
+        if types is not None:
+            types = [types] if isinstance(types, str) else list(types)
+            bad = [t for t in types if t not in QUESTION_TYPES]
+            if bad or not types:
+                raise ConfigError(f"dataset.question_types: unknown {bad or 'empty list'}. "
+                                  f"Available: {', '.join(QUESTION_TYPES)}",
+                                  field="dataset.question_types")
+        return load_longmemeval(longmemeval_path(cfg, work_dir), question_types=types,
+                                limit=cfg.limit)
 
     def turn_pairs(self, cfg: DatasetConfig, work_dir: Path) -> list[TurnPair]:
         return [r.pair for q in self.questions(cfg, work_dir) for r in lme_turn_pairs(q)]

@@ -154,6 +154,22 @@ def test_longmemeval_set_is_one_user_per_question_with_dated_questions(lme):
     assert any(c.qa[0].fact_type == "abstention" for c in lme)
 
 
+def test_longmemeval_question_types_keep_only_those_types(tmp_path):
+    from memroute.config import DatasetConfig
+    from memroute.datasets.registry import dataset_conversations
+
+    cfg = DatasetConfig(name="longmemeval", size="small", seed=0,
+                        question_types=["knowledge-update", "temporal-reasoning"])
+    kept = dataset_conversations(cfg, tmp_path)
+    types = {c.qa[0].qid: c.qa[0].fact_type for c in kept}
+    assert kept and set(types.values()) <= {"knowledge-update", "temporal-reasoning", "abstention"}
+    assert "knowledge-update" in types.values()
+    with pytest.raises(ConfigError) as err:
+        dataset_conversations(DatasetConfig(name="longmemeval", size="small",
+                                            question_types=["knowledge_update"]), tmp_path)
+    assert err.value.field == "dataset.question_types" and "knowledge-update" in str(err.value)
+
+
 def test_longmemeval_runs_under_every_condition_with_per_type_groups(lme):
     retriever = FakeRetriever()
     dia = ingest(lme, retriever)
