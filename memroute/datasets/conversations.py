@@ -89,6 +89,7 @@ def from_longmemeval(q: LMEQuestion) -> EvalConversation:
         category=ABSTENTION_CATEGORY if q.is_abstention else None,  # type: ignore[arg-type]
         fact_type=ABSTENTION_GROUP if q.is_abstention else q.question_type,
         qid=q.question_id,
+        stale_answer=q.stale_answer,
     )
     return EvalConversation(records[0].pair.user_id if records else lme_user_id(q.question_id), records, history, (qa,))
 

@@ -7,6 +7,8 @@ Format (``longmemeval_s.json`` / ``_m`` / ``_oracle``, also written by
 "user" | "assistant", "content", "has_answer"?}`` turns dated ``haystack_dates[i]`` (like
 ``"2023/05/20 (Sat) 02:21"``). Ids ending in ``_abs`` are abstention questions: the asked-about
 fact is not in the haystack. Answers are sometimes numbers in the file; they are kept as text.
+An optional ``stale_answer`` (memroute's generated files only: a knowledge update's superseded
+value) lets the benchmark count stale answers.
 
 Every question is its own user: its haystack is that user's whole history.
 """
@@ -83,16 +85,16 @@ class _Where(Where):
             raise self.error(field, str(exc)) from None
 
 
-def _answer_text(value: Any, where: _Where) -> str:
+def _answer_text(value: Any, where: _Where, field: str = "answer") -> str:
     if isinstance(value, bool):
-        raise where.error("answer", "expected str or number, got bool")
+        raise where.error(field, "expected str or number, got bool")
     if isinstance(value, (str, int, float)):
         return str(value)
     if isinstance(value, list) and value and all(
         isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value
     ):  # tolerated: a list of acceptable answers
         return ", ".join(str(v) for v in value)
-    raise where.error("answer", f"expected str or number, got {type(value).__name__}")
+    raise where.error(field, f"expected str or number, got {type(value).__name__}")
 
 
 def _parse_turn(raw: Any, where: _Where, field: str) -> LMETurn:
@@ -111,6 +113,12 @@ def _parse_turn(raw: Any, where: _Where, field: str) -> LMETurn:
     if not isinstance(flag, bool) and flag not in (0, 1):
         raise where.error(f"{field}.has_answer", f"expected a boolean, got {flag!r}")
     return LMETurn(role=role, content=content, has_answer=bool(flag))
+
+
+def _stale_answer(raw: dict[str, Any], where: _Where) -> str | None:
+    """memroute's generated files name a knowledge update's superseded answer; real ones do not."""
+    value = raw.get("stale_answer")
+    return None if value is None else _answer_text(value, where, "stale_answer")
 
 
 def _parse_question(raw: Any, position: int, path: Path) -> LMEQuestion:
@@ -167,6 +175,7 @@ def _parse_question(raw: Any, position: int, path: Path) -> LMEQuestion:
         haystack_sessions=tuple(sessions),
         answer_session_ids=answer_ids,
         is_abstention=qid.endswith("_abs"),
+        stale_answer=_stale_answer(raw, where),
     )
 
 

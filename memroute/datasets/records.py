@@ -111,6 +111,7 @@ class LMEQuestion:
     haystack_sessions: tuple[tuple[LMETurn, ...], ...]
     answer_session_ids: tuple[str, ...]
     is_abstention: bool
+    stale_answer: str | None = None  # generated knowledge updates: the superseded value's answer
 
     @property
     def num_turns(self) -> int:

@@ -64,10 +64,10 @@ def test_synthetic_generator(users: int, sessions: int, seed: int) -> None:
 
 
 LONGMEMEVAL = {
-    ("small", 0): "76cc77dd2071ac0f25d28b7a8c22d0b787d9b131a1cf44d89ceb89dfeb44b529",
-    ("small", 1): "82e32369b1d6c9973ce684e3923e61dbe79e8458e4d873ffa80cec34f676e277",
-    ("default", 0): "4bfe5be98ca375531985c2fb5e47a1ae09af1afc2fa82962ccc7aac3c0d4d39d",
-    ("default", 1): "2847af38e3b1343921aa1ebb4270c31b4b6fc66bfb29af2ed1038ec27ab91c26",
+    ("small", 0): "f1d2c46c56bb7dfb1ea55038d65345c82bc54c2870c0ca6e7d9c0789bf2e8474",
+    ("small", 1): "6cee060cfdfed37f3cdc264436b539cf136440724b96f279400d7c88c1f1c455",
+    ("default", 0): "ada89d933ca9398304705a6282af303ebefdfdad1efe0e57aecd0a5d21e2314a",
+    ("default", 1): "fc591fccc8f6d3d128e6d938a5e8b2c3a08cb53551153789721ae09bb412c381",
 }
 
 
@@ -81,7 +81,7 @@ def test_generated_files_bytes(tmp_path: Path) -> None:
     syn = write_synthetic(generate(num_users=3, sessions_per_user=4, seed=5), tmp_path / "s.json")
     lme = write_lme(generate_longmemeval(size="small", seed=2), tmp_path / "l.json")
     assert hashlib.sha256(syn.read_bytes()).hexdigest() == "070b1d77861b2b9d91274937b154e538bbb042b960a9ae5cd75e4ae37c3daff2"
-    assert hashlib.sha256(lme.read_bytes()).hexdigest() == "61d678d0e7a824cc9477e26e72c2586d81053384299f40364b8e100316390487"
+    assert hashlib.sha256(lme.read_bytes()).hexdigest() == "b89e787cdd73e9456a302a47ab7855c9f78a90359e9b4141ec335db88c207d23"
 
 
 # ---------------------------------------------------------------- loaders
@@ -95,7 +95,7 @@ def test_locomo_loader_on_synthetic(tmp_path: Path) -> None:
 def test_lme_loader_on_generated(tmp_path: Path) -> None:
     path = write_lme(generate_longmemeval(size="small", seed=0), tmp_path / "l.json")
     questions = load_longmemeval(path)
-    assert _digest(questions) == "382e20a9389c9f77defad399f65992fff70a02645e7e310ab05dba5f5ff21822"
+    assert _digest(questions) == "fde06ea5d0de681c074243ac9ffb9ad6063c1fdd4a527587be60cdaea2fe1e42"
     assert _digest([lme_turn_pairs(q) for q in questions]) == "33e78f54627e1443a8ade1e9ea91550646b17fa40e6a116571f28523cdc06457"
 
 
@@ -156,7 +156,7 @@ def test_registry_turn_pairs(name: str, tmp_path: Path) -> None:
     assert _digest(dataset_turn_pairs(cfg, tmp_path / "work")) == TURN_PAIRS[name]
 
 
-CONVERSATIONS = {"synthetic": "232ae07c4e448ecffccd0ccd15567169578a7cca944ceabc3520e1d4827b19d0", "locomo": "5995beefcde8d8bfce2936d12fa839f007346a80baa38a5b4d8a01507a245e69", "longmemeval": "ae22e19f0c4db698a214e30e23a33819c40cf4ab808d46d2156f63a2f634708e"}
+CONVERSATIONS = {"synthetic": "232ae07c4e448ecffccd0ccd15567169578a7cca944ceabc3520e1d4827b19d0", "locomo": "5995beefcde8d8bfce2936d12fa839f007346a80baa38a5b4d8a01507a245e69", "longmemeval": "3cfb94bebcb3e9a78deb1b8061e561c610771d5a1d3b3fb430a477f3e381f3bb"}
 
 
 @pytest.mark.parametrize("name", list(CONVERSATIONS))

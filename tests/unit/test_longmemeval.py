@@ -264,7 +264,9 @@ def test_small_schema_is_exactly_longmemeval(small):
     assert len(small) == 12
     assert len({q["question_id"] for q in small}) == 12
     for q in small:
-        assert set(q) == KEYS
+        # one extension: a generated knowledge update names its superseded answer
+        updates = q["question_type"] == "knowledge-update" and not q["question_id"].endswith("_abs")
+        assert set(q) == (KEYS | {"stale_answer"} if updates else KEYS)
         n = len(q["haystack_sessions"])
         assert 8 <= n <= 12
         assert len(q["haystack_session_ids"]) == len(q["haystack_dates"]) == n
@@ -343,8 +345,25 @@ def test_knowledge_update_new_value_later_old_value_earlier(wide):
         answer = str(q["answer"])
         assert re.search(rf"(?<![\w$]){re.escape(answer)}(?!\w)", new["content"])
         assert not re.search(rf"(?<![\w$]){re.escape(answer)}(?!\w)", old["content"])
+        # the superseded answer is the old turn's value, which the new turn no longer states
+        stale = q["stale_answer"]
+        assert stale != answer
+        assert re.search(rf"(?<![\w$]){re.escape(stale)}(?!\w)", old["content"])
+        assert not re.search(rf"(?<![\w$]){re.escape(stale)}(?!\w)", new["content"])
         checked += 1
     assert checked >= 20
+
+
+def test_a_stale_answer_reaches_the_question_and_a_bad_one_names_its_field(tmp_path):
+    from memroute.datasets.conversations import from_longmemeval
+
+    good = {**question("q1", qtype="knowledge-update"), "stale_answer": "Porto"}
+    bad = {**question("q2", qtype="knowledge-update"), "stale_answer": True}
+    q1, q2 = load_longmemeval(write(tmp_path, [good, question("q2")]))
+    assert q1.stale_answer == "Porto" and q2.stale_answer is None  # real files lack the key
+    assert from_longmemeval(q1).qa[0].stale_answer == "Porto"
+    with pytest.raises(DatasetError, match="stale_answer"):
+        load_longmemeval(write(tmp_path, [bad], name="bad.json"))
 
 
 def test_temporal_answers_match_the_session_dates(wide):

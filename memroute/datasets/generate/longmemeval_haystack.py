@@ -118,7 +118,7 @@ def question_record(g: Gen, qtype: str, abstain: bool, qid: str, spq: tuple[int,
     answer: str | int = plan.answer
     if re.fullmatch(r"\d+", plan.answer):  # the real file stores counts as numbers
         answer = int(plan.answer)
-    return {
+    record: dict[str, Any] = {
         "question_id": qid,
         "question_type": qtype,
         "question": plan.question,
@@ -129,3 +129,6 @@ def question_record(g: Gen, qtype: str, abstain: bool, qid: str, spq: tuple[int,
         "haystack_sessions": haystack,
         "answer_session_ids": [session_ids[i] for i in answer_sessions],
     }
+    if plan.stale is not None:  # memroute's extension (real files lack it): scores stale answers
+        record["stale_answer"] = plan.stale
+    return record

@@ -45,6 +45,7 @@ class Plan:
     planted: list[tuple[int, str, str, str]] = field(default_factory=list)
     distract: list[tuple[str, str]] = field(default_factory=list)
     values: list[str] = field(default_factory=list)  # planted values filler must not mention
+    stale: str | None = None  # knowledge updates: the answer the superseded value would give
 
 
 def mentions(text: str, value: str) -> bool:
@@ -114,6 +115,8 @@ def plan_single(g: Gen, qtype: str, n: int, abstain: bool) -> Plan:
         plan.planted.append(
             (old, g.pick(fact.old_user, values), g.pick(fact.old_assistant, values), side)
         )
+        if not abstain:
+            plan.stale = fact.answer.format(**{**values, "new": values["old"]})
     else:
         new = g.rng.randrange(n)
     plan.planted.append((new, g.pick(fact.user, values), g.pick(fact.assistant, values), side))
