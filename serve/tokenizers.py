@@ -18,7 +18,7 @@ def local_tokenizer(model: ModelConfig, assets: AssetsConfig) -> Any | None:
     if model.engine not in LOCAL_ENGINES:
         return None
     if model.engine == "mock" and not (model.path or model.asset):
-        from memroute.llm.mock_backend import SimpleTokenizer
+        from memroute.llm.simple_tokenizer import SimpleTokenizer
 
         return SimpleTokenizer()
     from transformers import AutoTokenizer

@@ -32,12 +32,9 @@ reply of the batch times ``token_latency_s``, plus ``latency_s`` per engine call
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +43,21 @@ from memroute.llm.chat import (
     chat_prompt_ids,
     options_tools,
     render_tool_call,
-    template_inputs,
     text_token_count,
 )
 from memroute.llm.messages import to_chat_dicts
+from memroute.llm.mock_rules import (
+    Rule,
+    answer_template,
+    latest_memory,
+    logprob_values,
+    non_negative,
+    parse_rule,
+)
 from memroute.llm.options import GenerationOptions
 from memroute.llm.prefix_cache import PrefixCounter
 from memroute.llm.replies import apply_tool_calls, cut_at_stop
+from memroute.llm.simple_tokenizer import SimpleTokenizer
 from memroute.llm.streaming import StreamText
 from memroute.llm.tool_calls import tool_names
 from memroute.types import Message, ModelReply
@@ -60,159 +65,6 @@ from memroute.types import Message, ModelReply
 DEFAULT_ANSWER = "I do not know."
 DEFAULT_MEMORY_ANSWER = "{memory_a}"  # echo what was answered in the most recent memory
 DEFAULT_TOOL_ANSWER = "{tool_result}"  # after a tool call: echo the tool's result
-TEMPLATE_FIELDS = ("query", "memory", "memory_q", "memory_a", "tool_result")
-_RULE_KEYS = ("match", "memories", "logprob", "margin", "answer")
-_PIECE = re.compile(r"\s*(?:\w+|[^\w\s])")  # a word or one punctuation mark, with leading space
-# An injected memory: "- " + TurnPair.text(), i.e. "- [8 May 2023] Q: ... / A: ...".
-_MEMORY_START = re.compile(r"^- \[[^\]\n]*\] Q: ", re.MULTILINE)
-_MEMORY = re.compile(r"- (?P<line>\[[^\]\n]*\] Q: (?P<q>.*?) / A: (?P<a>.*))", re.DOTALL)
-
-
-class SimpleTokenizer:
-    """Words and punctuation marks over a fixed textual chat rendering.
-
-    Implements just what :mod:`memroute.llm.chat` calls (``apply_chat_template``, ``encode``,
-    ``decode``), so engine and ingress count through the same functions. Ids are stable hashes;
-    ``decode`` knows the pieces this instance has encoded. It has no tool-aware template
-    (``chat_template`` is None): tools and tool messages get :mod:`memroute.llm.chat`'s
-    fallback rendering, also when passed straight to :meth:`apply_chat_template`.
-    """
-
-    chat_template = None
-
-    def __init__(self) -> None:
-        self._pieces: dict[int, str] = {}
-
-    @staticmethod
-    def render(
-        conversation: Sequence[Mapping[str, str]], add_generation_prompt: bool = True
-    ) -> str:
-        text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in conversation)
-        return text + ("<|assistant|>\n" if add_generation_prompt else "")
-
-    def apply_chat_template(
-        self,
-        conversation: Sequence[Mapping[str, Any]],
-        add_generation_prompt: bool = False,
-        tokenize: bool = True,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        **_: Any,
-    ) -> list[int] | str:
-        if tools or any(m.get("role") == "tool" or m.get("tool_calls") for m in conversation):
-            conversation, _tools = template_inputs(self, conversation, tools or ())
-        text = self.render(conversation, add_generation_prompt)
-        return self.encode(text) if tokenize else text
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        ids = []
-        for piece in _PIECE.findall(text):
-            i = int.from_bytes(hashlib.blake2b(piece.encode(), digest_size=4).digest(), "big")
-            self._pieces.setdefault(i, piece)
-            ids.append(i)
-        return ids
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return "".join(self._pieces[int(i)] for i in ids)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """Matched on the last user message (``re.search``) and/or on injected memories.
-
-    ``logprob``: one value, or a list cycled over the tokens (so min-token and mean differ);
-    ``margin``: nats between each chosen token and its runner-up (top-2 confidence);
-    ``answer``: a template with ``{query}``, ``{memory}``, ``{memory_q}``, ``{memory_a}``
-    (and ``{tool_result}``, the last tool message's content, empty without one).
-    """
-
-    match: re.Pattern[str] | None
-    memories: bool | None
-    logprob: tuple[float, ...] | None
-    margin: float | None
-    answer: str | None
-
-    def applies(self, query: str, has_memories: bool) -> bool:
-        if self.memories is not None and self.memories != has_memories:
-            return False
-        return self.match is None or self.match.search(query) is not None
-
-
-def _logprobs(value: Any, field: str) -> tuple[float, ...]:
-    values = value if isinstance(value, (list, tuple)) else [value]
-    if not values or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0 for v in values
-    ):
-        raise ConfigError(
-            f"{field} must be a log-probability <= 0 or a non-empty list of them, got {value!r}",
-            field=field,
-        )
-    return tuple(float(v) for v in values)
-
-
-def _non_negative(value: Any, field: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"{field} must be a number >= 0, got {value!r}", field=field)
-    return float(value)
-
-
-def _template(value: Any, field: str) -> str:
-    """An answer template, checked now so a stray brace fails at load, not on a request."""
-    try:
-        value.format(**dict.fromkeys(TEMPLATE_FIELDS, ""))
-    except (AttributeError, KeyError, IndexError, ValueError) as exc:
-        names = ", ".join(f"{{{f}}}" for f in TEMPLATE_FIELDS)
-        raise ConfigError(
-            f"{field} must be a string using only {names}: {exc!r}", field=field
-        ) from None
-    return value
-
-
-def parse_rule(raw: Any, field: str) -> Rule:
-    """One ``engine_args.rules`` entry, refused with the offending field named."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(
-            f"{field} must be a mapping with keys {', '.join(_RULE_KEYS)}", field=field
-        )
-    unknown = sorted(set(raw) - set(_RULE_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"{field}.{unknown[0]} is not a rule key. Available: {', '.join(_RULE_KEYS)}",
-            field=f"{field}.{unknown[0]}",
-        )
-    match = raw.get("match")
-    try:
-        pattern = re.compile(match) if match is not None else None
-    except (re.error, TypeError) as exc:
-        raise ConfigError(
-            f"{field}.match is not a regular expression: {exc}", field=f"{field}.match"
-        ) from None
-    memories = raw.get("memories")
-    if memories is not None and not isinstance(memories, bool):
-        raise ConfigError(
-            f"{field}.memories must be true, false or null", field=f"{field}.memories"
-        )
-    answer = raw.get("answer")
-    answer = _template(answer, f"{field}.answer") if answer is not None else None
-    logprob = (
-        _logprobs(raw["logprob"], f"{field}.logprob") if raw.get("logprob") is not None else None
-    )
-    margin = (
-        _non_negative(raw["margin"], f"{field}.margin") if raw.get("margin") is not None else None
-    )
-    return Rule(pattern, memories, logprob, margin, answer)
-
-
-def latest_memory(system: str) -> tuple[str, str, str] | None:
-    """``(memory, question, answer)`` of the latest injected memory, or None.
-
-    Found by the memory lines' own shape, not by the routing layer's block header (back ends sit
-    below routing). The block closes the system prompt in chronological order: the last is newest.
-    """
-    starts = [m.start() for m in _MEMORY_START.finditer(system)]
-    if not starts:
-        return None
-    m = _MEMORY.match(system.rstrip(), starts[-1])
-    return (m["line"], m["q"], m["a"]) if m else (system[starts[-1] + 2 :].rstrip(), "", "")
 
 
 class MockBackend:
@@ -243,18 +95,18 @@ class MockBackend:
             raise ConfigError(
                 "model.engine_args.rules must be a list of rules", field="model.engine_args.rules"
             )
-        lp = _logprobs(logprob, "model.engine_args.logprob")
-        self.default = Rule(None, None, lp, _non_negative(margin, "model.engine_args.margin"), None)
+        lp = logprob_values(logprob, "model.engine_args.logprob")
+        self.default = Rule(None, None, lp, non_negative(margin, "model.engine_args.margin"), None)
         self.rules = [parse_rule(r, f"model.engine_args.rules[{i}]") for i, r in enumerate(rules)]
-        self.latency_s = _non_negative(latency_s, "model.engine_args.latency_s")
-        self.token_latency_s = _non_negative(token_latency_s, "model.engine_args.token_latency_s")
+        self.latency_s = non_negative(latency_s, "model.engine_args.latency_s")
+        self.token_latency_s = non_negative(token_latency_s, "model.engine_args.token_latency_s")
         # Fault injection for tests: while this file exists, every call fails as a down engine.
         self.down_when_exists = Path(down_when_exists) if down_when_exists else None
         self.model_id = model_id
         self.prefix_cache = PrefixCounter()  # the prefix-cache hits a caching engine would have
-        self.answer = _template(answer, "model.engine_args.answer")
-        self.memory_answer = _template(memory_answer, "model.engine_args.memory_answer")
-        self.tool_answer = _template(tool_answer, "model.engine_args.tool_answer")
+        self.answer = answer_template(answer, "model.engine_args.answer")
+        self.memory_answer = answer_template(memory_answer, "model.engine_args.memory_answer")
+        self.tool_answer = answer_template(tool_answer, "model.engine_args.tool_answer")
         self.last_options: GenerationOptions | None = None  # what the latest call asked for
         self.tokenizer: Any = SimpleTokenizer()
         if tokenizer_path is not None:
