@@ -41,11 +41,17 @@ from memroute.llm.chat import (
     tools_rendered,
 )
 from memroute.llm.messages import to_chat_dicts
+from memroute.llm.openai_wire import (
+    StreamAccumulator,
+    parse_tool_call,
+    plain_json,
+    reported_cached,
+    server_message,
+)
 from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
 from memroute.llm.replies import alt_logprob, apply_tool_calls, token_starts, tokens_before, top_n
 from memroute.llm.streaming import StreamText
-from memroute.llm.tool_calls import arguments_text, new_call_id
-from memroute.types import Message, ModelReply, ToolCall
+from memroute.types import Message, ModelReply
 
 
 class OpenAIHTTPBackend:
@@ -141,7 +147,7 @@ class OpenAIHTTPBackend:
         body["stream_options"] = {"include_usage": True}
         url = f"{self.base_url}/chat/completions"
         text = StreamText(stop, bool(options and options.tools_on))
-        acc = _StreamAccumulator()
+        acc = StreamAccumulator()
         t0 = time.perf_counter()
         try:
             with self._client.stream("POST", url, json=body) as resp:
@@ -149,7 +155,7 @@ class OpenAIHTTPBackend:
                     resp.read()
                     raise BackendError(
                         f"{self.model_id} (served as {self.served_model!r}): {url} answered "
-                        f"{resp.status_code}: {_server_message(resp)}"
+                        f"{resp.status_code}: {server_message(resp)}"
                     )
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):
@@ -258,9 +264,9 @@ class OpenAIHTTPBackend:
         if opts.frequency_penalty:
             body["frequency_penalty"] = float(opts.frequency_penalty)
         if opts.tools_on and not local_tools:
-            body["tools"] = [_plain(t) for t in opts.tools]
+            body["tools"] = [plain_json(t) for t in opts.tools]
             if opts.tool_choice is not None:
-                body["tool_choice"] = _plain(opts.tool_choice)
+                body["tool_choice"] = plain_json(opts.tool_choice)
         return body, local_tools
 
     def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -273,7 +279,7 @@ class OpenAIHTTPBackend:
         if resp.status_code != 200:
             raise BackendError(
                 f"{self.model_id} (served as {self.served_model!r}): {url} answered "
-                f"{resp.status_code}: {_server_message(resp)}"
+                f"{resp.status_code}: {server_message(resp)}"
             )
         try:
             data = resp.json()
@@ -305,7 +311,7 @@ class OpenAIHTTPBackend:
             message = choice["message"]
             text = message.get("content") or ""
             content = (choice.get("logprobs") or {}).get("content")
-            server_calls = [_tool_call(c) for c in message.get("tool_calls") or []]
+            server_calls = [parse_tool_call(c) for c in message.get("tool_calls") or []]
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             raise BackendError(f"{self.model_id}: malformed chat completion: {exc!r}") from exc
         if content is None:
@@ -368,98 +374,3 @@ class OpenAIHTTPBackend:
         if finish == "tool_calls":  # a server that says so without sending calls
             reply.finish_reason = "stop"
         return apply_tool_calls(reply, options)
-
-
-class _StreamAccumulator:
-    """Chat-completion chunks folded back into one completion (the non-streamed shape)."""
-
-    def __init__(self) -> None:
-        self.content = ""
-        self.entries: list[dict[str, Any]] = []
-        self.finish: str | None = None
-        self.stop_reason: Any = None
-        self.has_stop_reason = False
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.usage: dict[str, Any] | None = None
-
-    def add(self, chunk: Mapping[str, Any]) -> None:
-        if isinstance(chunk.get("usage"), Mapping):
-            self.usage = dict(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            self.content += delta.get("content") or ""
-            for call in delta.get("tool_calls") or ():
-                slot = self.calls.setdefault(
-                    int(call.get("index", len(self.calls))),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                slot["id"] = call.get("id") or slot["id"]
-                fn = call.get("function") or {}
-                slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
-            self.entries += (choice.get("logprobs") or {}).get("content") or []
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-            if "stop_reason" in choice:
-                self.has_stop_reason = True
-                self.stop_reason = choice["stop_reason"]
-
-    def completion(self) -> dict[str, Any]:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": self.content,
-                        "tool_calls": [self.calls[i] for i in sorted(self.calls)]},
-            "finish_reason": self.finish,
-            "logprobs": {"content": self.entries},
-        }
-        if self.has_stop_reason:
-            choice["stop_reason"] = self.stop_reason
-        data: dict[str, Any] = {"choices": [choice]}
-        if self.usage is not None:
-            data["usage"] = self.usage
-        return data
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _tool_call(call: Mapping[str, Any]) -> ToolCall:
-    fn = call.get("function")
-    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise TypeError(f"tool call without a function name: {call!r}")
-    return ToolCall(id=call.get("id") or new_call_id(), name=fn["name"],
-                    arguments=arguments_text(fn.get("arguments")))
-
-
-def _server_message(resp: Any) -> str:
-    """The error text of an OpenAI-style (or FastAPI) error body, else the start of the body."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:500]
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        for key in ("message", "detail", "error"):
-            if body.get(key):
-                return str(body[key])[:500]
-    return str(body)[:500]
-
-
-def reported_cached(usage: Mapping[str, Any], prompt_tokens: int) -> int:
-    """The server's prefix-cache hits (``usage.prompt_tokens_details.cached_tokens``; vLLM
-    sends it with ``--enable-prompt-tokens-details``); 0 when it reports none: a remote cache
-    is not guessed at."""
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    if isinstance(cached, bool) or not isinstance(cached, int):
-        return 0
-    return max(0, min(cached, prompt_tokens))

@@ -15,7 +15,7 @@ from memroute.errors import ConfigError
 from memroute.eval.replay.outcome import TierPrice, from_route_result
 from memroute.eval.replay.report import prefix_cache_table
 from memroute.llm.mock_backend import MockBackend
-from memroute.llm.openai_http import reported_cached
+from memroute.llm.openai_wire import reported_cached
 from memroute.llm.prefix_cache import PrefixCounter
 from memroute.routing.prompt import MEMORY_HEADER, MemoryLayout, build_messages, memory_layout
 from memroute.routing.router import RouteRequest, Router, Tier
