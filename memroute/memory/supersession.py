@@ -8,16 +8,20 @@ decisions are worst exactly on small models (Zep's knowledge-update accuracy wit
 fell below full context), so this module decides without one. A new pair supersedes an older
 one when all of these hold:
 
-1. the new user turn is a statement, not a question, and carries a change cue ("changed",
-   "moved", "switched", "no longer", "now", "correction", "actually", ...: :data:`CUES`), and no
-   addition cue ("also", "another", "second", "too": a second pet is not a renamed pet);
+1. the new user turn states something (its statement sentences: a turn that tells and then
+   asks, "My gym raised my membership to $45. Is it still worth it?", is read without its
+   question) and carries a change cue ("changed", "moved", "switched", "raised", "no longer",
+   "now", "correction", "actually", ...: :data:`CUES`), and no addition cue ("also",
+   "another", "second", "too": a second pet is not a renamed pet);
 2. it states a value: a token shaped like a code or number, a time, a date, an amount of money
    or a name (capitalised words inside a sentence) -- :func:`values`;
 3. the older pair mentions the new statement's subject: at least ``SUBJECT_SHARE`` of the
-   update's subject words (its stemmed content words, less cues, values and generic verbs such
-   as "is called") occur in the older pair, question and answer together;
-4. the older pair holds a value of the same kind (a date for a date, a name for a name) that
-   differs from every new value, and none of the new values (it is not already current).
+   update's subject words (its stemmed content words, less cues, values, time words and generic
+   verbs such as "is called") occur in the older pair, question and answer together;
+4. for some kind of value the update states (a date for a date, a name for a name), the older
+   pair holds values of that kind and none of them is a new one: "$800 toward a trip to
+   Estonia" is replaced by "the Estonia trip savings are now $1,300" (the money differs; the
+   shared name is context), and a pair that already says the new value is current.
 
 Nothing here writes: :func:`superseded_by` returns ids, and the store marks those rows
 (``superseded_by``, ``valid_until``) without deleting them. Measured against the replay trace's
@@ -40,15 +44,22 @@ SUBJECT_SHARE = 0.75  # share of the update's subject words the older pair must 
 # Change cues (normalised words or phrases) and the addition cues that veto them.
 CUES = frozenset("""changed change changes moved move switched switch renamed renaming rename
     rescheduled relocated reissued updated update corrected correction actually instead
-    anymore now replaced replace wrong""".split())
-CUE_PHRASES = ("no longer", "from now on", "not anymore", "got it wrong", "change of plan")
+    anymore now replaced replace wrong increased decreased upgraded downgraded promoted
+    traded""".split())
+# "raised"/"lowered" only as verbs with an object ("raised my rent"), not "raised beds"
+CUE_PHRASES = ("no longer", "from now on", "not anymore", "got it wrong", "change of plan",
+               *(f"{verb} {det}" for verb in ("raised", "lowered")
+                 for det in ("my", "our", "the", "his", "her", "their", "it", "its")))
 ADDITION_CUES = frozenset("also another second too additionally other".split())
 ADDITION_PHRASES = ("as well", "in addition")
 # Words that say how a value is related rather than what it is about; never a subject.
 GENERIC = frozenset("""name named call called is are was be got get have has had set go went
     going ended end up heads note down know just so please thanks old new one ones work works
     working it its thing things record keep forget let them they did done make made tell told
-    remind question quick sorry hey more checking wait right okay day date time""".split())
+    remind question quick sorry hey more checking wait right okay day date time up finally""".split())
+# When something happened is not what it is about: never a subject either.
+TIME_WORDS = frozenset("""today yesterday tonight tomorrow morning afternoon evening week weekend
+    month year last this next ago recently""".split())
 _PHRASES_RE = re.compile("|".join(map(re.escape, (*CUE_PHRASES, *ADDITION_PHRASES))), re.I)
 _QUESTION_START = re.compile(
     r"^\s*(?:[\w' ]{0,40}?[:,]\s*)?(?:what|when|where|who|whom|whose|which|why|how|is|are|do|does|"
@@ -116,6 +127,14 @@ def is_question(text: str) -> bool:
     return text.rstrip().endswith("?") or bool(_QUESTION_START.match(text))
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+def statement_part(text: str) -> str:
+    """The sentences of ``text`` that are not questions ("" for a plain question)."""
+    return " ".join(s for s in _SENTENCE_END.split(text.strip()) if s and not is_question(s))
+
+
 def subject_words(text: str) -> frozenset[str]:
     """Stemmed content words of ``text`` less cues and generic words (values cut out first)."""
     _, rest = values(text)
@@ -129,12 +148,13 @@ def subject_words(text: str) -> frozenset[str]:
 @functools.lru_cache(maxsize=8192)
 def as_update(user_text: str) -> Update | None:
     """The update ``user_text`` states, or None when it is no change statement (rules 1-2)."""
-    if is_question(user_text) or not _has(user_text, CUES, CUE_PHRASES):
+    said = statement_part(user_text)
+    if not said or not _has(said, CUES, CUE_PHRASES):
         return None
-    if _has(user_text, ADDITION_CUES, ADDITION_PHRASES):
+    if _has(said, ADDITION_CUES, ADDITION_PHRASES):
         return None
-    vals, _ = values(user_text)
-    subject = subject_words(user_text)
+    vals, _ = values(said)
+    subject = subject_words(said)
     if not vals or not subject:
         return None
     return Update(subject, vals)
@@ -157,11 +177,12 @@ def states_old_value(update: Update, memory_text: str) -> bool:
     words = set(unigrams(rest, stem=True))
     if len(update.subject & words) < SUBJECT_SHARE * len(update.subject):
         return False
-    new = {v.norm for v in update.values}
-    kinds = {v.kind for v in update.values}
-    if any(v.norm in new for v in old):
-        return False  # it already says the new value
-    return any(v.kind in kinds for v in old)
+    for kind in {v.kind for v in update.values}:
+        new = {v.norm for v in update.values if v.kind == kind}
+        held = {v.norm for v in old if v.kind == kind}
+        if held and not held & new:  # a value of this kind, and not already the new one
+            return True
+    return False
 
 
 def _order(m: Memory | TurnPair) -> tuple[int, float, int]:
@@ -184,7 +205,7 @@ def superseded_by(new: TurnPair, older: Iterable[Memory]) -> list[int]:
 def _dropped_words() -> frozenset[str]:
     """Cues, addition cues and generic words, as written and stemmed (built on first use: the
     stemmer loads then, not at import)."""
-    words = CUES | GENERIC | ADDITION_CUES
+    words = CUES | GENERIC | ADDITION_CUES | TIME_WORDS
     return words | frozenset(unigrams(" ".join(sorted(words)), stem=True))
 
 

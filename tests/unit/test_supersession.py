@@ -117,3 +117,34 @@ def test_a_change_statement_is_shown_without_a_reply_that_contradicts_it():
     assert memory_line(RetrievalHit(wrong, 1.0)).endswith("Q: My best friend moved again, to Lisbon this time.")
     assert "Innsbruck" not in memory_line(RetrievalHit(wrong, 1.0), dates=False)
     assert memory_line(RetrievalHit(fine, 1.0)) == f"- {fine.text}"
+
+
+def test_a_turn_that_tells_and_then_asks_is_read_without_its_question():
+    old = pair(0, "My gym membership costs $33 a month. How can I make the most of it?")
+    new = pair(1, "My gym just raised my membership to $45 a month. Is that still worth it?")
+    assert superseded_by(new, [memory_of(old)]) == [old.id]
+    # a question alone still states nothing
+    assert as_update("Did my gym raise my membership to $45 now?") is None
+
+
+def test_a_shared_name_does_not_keep_a_replaced_amount_current():
+    old = pair(0, "I've saved $800 toward a trip to Estonia. How can I save faster?")
+    new = pair(1, "My savings for the Estonia trip are now at $1,300! Am I on track?")
+    assert superseded_by(new, [memory_of(old)]) == [old.id]
+    # ...but a pair that already holds the new amount stays current
+    same = pair(2, "Is $1,300 enough for the Estonia trip savings?", "Yes, $1,300 is plenty.")
+    later = pair(3, "My savings for the Estonia trip are now at $1,300!")
+    assert superseded_by(later, [memory_of(same)]) == []
+
+
+def test_when_it_happened_is_not_what_it_is_about():
+    old = pair(0, "My locker code is ZX-4471.")
+    new = pair(1, "My locker code changed this week, it's QT-8812 now.")
+    assert superseded_by(new, [memory_of(old)]) == [old.id]
+
+
+def test_raised_as_an_adjective_is_no_change_cue():
+    old = pair(0, "I spent $1,130 on topsoil for the garden makeover this week.")
+    new = pair(1, "I spent $430 on raised beds for the garden makeover this week.")
+    assert as_update(new.user_text) is None
+    assert superseded_by(new, [memory_of(old)]) == []
