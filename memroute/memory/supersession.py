@@ -40,6 +40,7 @@ from memroute.text.tokenize import unigrams
 from memroute.types import Memory, RetrievalHit, TurnPair
 
 SUBJECT_SHARE = 0.75  # share of the update's subject words the older pair must mention
+SHORT_ANSWER_WORDS = 4  # up to this many words, an answer's first capitalised word is a name
 
 # Change cues (normalised words or phrases) and the addition cues that veto them.
 CUES = frozenset("""changed change changes moved move switched switch renamed renaming rename
@@ -57,6 +58,9 @@ GENERIC = frozenset("""name named call called is are was be got get have has had
     going ended end up heads note down know just so please thanks old new one ones work works
     working it its thing things record keep forget let them they did done make made tell told
     remind question quick sorry hey more checking wait right okay day date time up finally""".split())
+# A move that names nothing else it is about replaces where the user lives.
+MOVE_CUES = frozenset("moved relocated".split())
+HOME = frozenset({"live"})
 # When something happened is not what it is about: never a subject either.
 TIME_WORDS = frozenset("""today yesterday tonight tomorrow morning afternoon evening week weekend
     month year last this next ago recently""".split())
@@ -155,6 +159,8 @@ def as_update(user_text: str) -> Update | None:
         return None
     vals, _ = values(said)
     subject = subject_words(said)
+    if not subject and _has(said, MOVE_CUES, ()) and any(v.kind == "name" for v in vals):
+        subject = HOME  # "We finally moved to Lisbon!" is about where the user lives
     if not vals or not subject:
         return None
     return Update(subject, vals)
@@ -168,15 +174,25 @@ def split_memory_text(text: str) -> tuple[str, str]:
     return question, answer
 
 
+def _answer_for_values(answer: str) -> str:
+    """A short answer's leading capital is a name ("Wombat.", "Clover, since May"): prefixed
+    so that :func:`values` reads it as inside a sentence; a long one's opens a sentence
+    ("Housing is the main cost ...")."""
+    return f"A: {answer}" if len(answer.split()) <= SHORT_ANSWER_WORDS else answer
+
+
 def states_old_value(update: Update, memory_text: str) -> bool:
     """Rules 3-4: the older pair is about the update's subject and holds a value it replaces."""
     question, answer = split_memory_text(memory_text)
-    # "A: " so that a short answer's leading name ("Wombat.") counts as a name, as inside a sentence
-    whole = f"{question} A: {answer}"
+    whole = f"{question} {_answer_for_values(answer)}"
     old, rest = values(whole)
     words = set(unigrams(rest, stem=True))
     if len(update.subject & words) < SUBJECT_SHARE * len(update.subject):
         return False
+    if is_question(question) and not statement_part(question):
+        # a question asserts nothing ("Is Lisbon expensive to live in?"): only its answer can
+        # hold the user's old value ("What is my locker code? / It's ZX-4471.")
+        old = values(_answer_for_values(answer))[0]
     for kind in {v.kind for v in update.values}:
         new = {v.norm for v in update.values if v.kind == kind}
         held = {v.norm for v in old if v.kind == kind}
@@ -253,7 +269,7 @@ def contradicts_itself(question: str, answer: str) -> bool:
     if update is None:
         return False
     new, kinds = {v.norm for v in update.values}, {v.kind for v in update.values}
-    return any(v.kind in kinds and v.norm not in new for v in values(f"A: {answer}")[0])
+    return any(v.kind in kinds and v.norm not in new for v in values(_answer_for_values(answer))[0])
 
 
 POLICIES = ("exclude", "rank_below")

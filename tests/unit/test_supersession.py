@@ -148,3 +148,14 @@ def test_raised_as_an_adjective_is_no_change_cue():
     new = pair(1, "I spent $430 on raised beds for the garden makeover this week.")
     assert as_update(new.user_text) is None
     assert superseded_by(new, [memory_of(old)]) == []
+
+
+def test_a_move_that_names_nothing_else_replaces_where_the_user_lives():
+    home = pair(0, "I live in Bologna, and the rent keeps going up. Should I consider moving?")
+    asked = pair(1, "Is Lisbon expensive to live in?", "Housing is the main cost; the rest is moderate.")
+    move = pair(2, "We finally moved to Providence last weekend! What should I set up first?")
+    # the question about Lisbon asserts nothing, and "Housing" opening a long answer is no name
+    assert superseded_by(move, [memory_of(home), memory_of(asked)]) == [home.id]
+    # a friend's move is about the friend, not the user's home
+    friend = pair(3, "My best friend moved to Lisbon last month.")
+    assert superseded_by(friend, [memory_of(home)]) == []
