@@ -186,7 +186,7 @@ class RouterConfig:
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     memory_dates: bool = True
-    memory_order: str = "chronological"  # chronological | relevance
+    memory_order: str = "chronological"  # chronological | relevance | newest_first
     current_date: bool = True
     latest_wins: bool = True
     # Where the retrieved memories go (prefix caching, memroute.routing.prompt):

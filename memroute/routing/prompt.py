@@ -24,11 +24,12 @@ from memroute.types import Message, RetrievalHit, chronological_key, format_sess
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
 RELEVANCE_HEADER = "Memories of earlier conversations with this user (most relevant first):"
+NEWEST_HEADER = "Memories of earlier conversations with this user (newest first):"
 TODAY = "Today is"
-MEMORY_BLOCK_STARTS = (TODAY, MEMORY_HEADER, RELEVANCE_HEADER)  # how a memory block opens
+MEMORY_BLOCK_STARTS = (TODAY, MEMORY_HEADER, RELEVANCE_HEADER, NEWEST_HEADER)  # a block opens so
 LATEST_WINS = "When memories disagree, the most recent one is correct."
 TURN_OVERHEAD_TOKENS = 6  # role markers and separators of one chat turn, about, across templates
-ORDERS = ("chronological", "relevance")
+ORDERS = ("chronological", "relevance", "newest_first")
 POSITIONS = ("system", "before_question")
 
 
@@ -36,7 +37,8 @@ POSITIONS = ("system", "before_question")
 class MemoryLayout:
     """How the memory block shows time (each switch measured alone in docs/BENCHMARKS.md):
     ``dates``: each memory keeps its ``[date]``; ``order``: chronological (oldest first, so a
-    change reads after the value it replaces) or relevance (retrieval rank); ``today``: the
+    change reads after the value it replaces), relevance (retrieval rank) or newest_first (a
+    small model leans on what it reads first: the latest statement leads); ``today``: the
     question's date heads the block; ``latest_wins``: one instruction that the newest wins;
     ``position``: where the block goes (module doc)."""
 
@@ -50,7 +52,8 @@ class MemoryLayout:
         lines = []
         if self.today and now is not None:
             lines.append(f"{TODAY} {format_session_date(int(now))}.")
-        head = MEMORY_HEADER if self.order == "chronological" else RELEVANCE_HEADER
+        head = {"chronological": MEMORY_HEADER, "relevance": RELEVANCE_HEADER,
+                "newest_first": NEWEST_HEADER}[self.order]
         lines.append(f"{head} {LATEST_WINS}" if self.latest_wins else head)
         return "\n".join(lines)
 
@@ -107,8 +110,9 @@ def render_memory_block(hits: Sequence[RetrievalHit], layout: MemoryLayout = Mem
                         now: float | None = None) -> str:
     """By default chronological, so a later correction reads after the value it replaces."""
     ordered = list(hits)
-    if layout.order == "chronological":
-        ordered.sort(key=lambda h: chronological_key(h.memory))
+    if layout.order in ("chronological", "newest_first"):
+        ordered.sort(key=lambda h: chronological_key(h.memory),
+                     reverse=layout.order == "newest_first")
     return "\n".join([layout.header(now), *(memory_line(h, layout.dates) for h in ordered)])
 
 

@@ -63,3 +63,16 @@ def test_block_is_chronological_and_messages_carry_it_in_system():
     assert [m.role for m in msgs] == ["system", "user"]
     assert "Rex" in msgs[0].content and msgs[1].content == "what is my dog's name?"
     assert build_messages("sys", "q")[0].content == "sys"
+
+
+def test_each_order_puts_its_memories_in_its_place():
+    from memroute.routing.prompt import NEWEST_HEADER, RELEVANCE_HEADER, MemoryLayout
+
+    def ids(order):
+        lines = render_memory_block(HITS, MemoryLayout(order=order)).splitlines()
+        return lines[0], [next(h.memory.id for h in HITS if line.endswith(h.memory.text))
+                          for line in lines[1:]]
+
+    assert ids("chronological") == (MEMORY_HEADER, [1, 0, 2])    # by session time: 100, 200, 300
+    assert ids("newest_first") == (NEWEST_HEADER, [2, 0, 1])
+    assert ids("relevance") == (RELEVANCE_HEADER, [0, 1, 2])      # retrieval rank as given
