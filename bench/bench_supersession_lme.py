@@ -22,6 +22,7 @@ import argparse
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from memroute.datasets import load_longmemeval, lme_turn_pairs
@@ -55,8 +56,7 @@ def run(seed: int, size: str) -> dict[str, object]:
             spent += time.perf_counter() - t0
             pairs += 1
             for old_id, (by, until) in marks.items():
-                mine[old_id] = Memory(**{**mine[old_id].__dict__, "superseded_by": by,
-                                         "valid_until": until})
+                mine[old_id] = replace(mine[old_id], superseded_by=by, valid_until=until)
                 if old is not None and new is not None and (old_id, by) == (old.id, new.id):
                     right += 1
                 else:

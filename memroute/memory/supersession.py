@@ -189,7 +189,7 @@ def states_old_value(update: Update, memory_text: str) -> bool:
     words = set(unigrams(rest, stem=True))
     if len(update.subject & words) < SUBJECT_SHARE * len(update.subject):
         return False
-    if is_question(question) and not statement_part(question):
+    if not statement_part(question):
         # a question asserts nothing ("Is Lisbon expensive to live in?"): only its answer can
         # hold the user's old value ("What is my locker code? / It's ZX-4471.")
         old = values(_answer_for_values(answer))[0]
