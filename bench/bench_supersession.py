@@ -17,14 +17,18 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from memroute.config.make_trace import MakeTraceConfig
 from memroute.datasets.generate.trace_sources import generate_trace
-from memroute.memory.supersession import marks_for
+from memroute.memory import supersession
+from memroute.memory.meaning import StatementSimilarity
+from memroute.memory.supersession import Similarity, marks_for
 from memroute.types import Memory, TurnPair, memory_of
 
 
-def run(seed: int, update_share: float, users: int, requests: int) -> dict[str, object]:
+def run(seed: int, update_share: float, users: int, requests: int,
+        similar: Similarity | None = None) -> dict[str, object]:
     cfg = MakeTraceConfig(seed=seed, update_share=update_share, num_users=users,
                           num_requests=requests, progress=False)
     memories: dict[str, dict[int, Memory]] = defaultdict(dict)
@@ -43,11 +47,10 @@ def run(seed: int, update_share: float, users: int, requests: int) -> dict[str, 
         mine[pair.id] = memory_of(pair)
         fact_of[pair.id], kind_of[pair.id] = req.fact_id or "", req.kind or ""
         t0 = time.perf_counter()
-        marks = marks_for([pair], mine.values())
+        marks = marks_for([pair], mine.values(), similar)
         spent += time.perf_counter() - t0
         for old_id, (by, until) in marks.items():
-            mine[old_id] = Memory(**{**mine[old_id].__dict__, "superseded_by": by,
-                                     "valid_until": until})
+            mine[old_id] = replace(mine[old_id], superseded_by=by, valid_until=until)
             if fact_of[old_id] == fact_of[pair.id] and req.kind == "update":
                 right += 1
             else:
@@ -69,13 +72,19 @@ def main() -> None:
     ap.add_argument("--update-share", type=float, nargs="+", default=[0.2, 0.4])
     ap.add_argument("--users", type=int, default=50)
     ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--meaning", action=argparse.BooleanOptionalAction, default=True,
+                    help="rule 5: supersede by meaning (MiniLM) when the words find nothing")
+    ap.add_argument("--meaning-min", type=float, default=supersession.MEANING_MIN)
+    ap.add_argument("--meaning-margin", type=float, default=supersession.MEANING_MARGIN)
     args = ap.parse_args()
+    supersession.MEANING_MIN, supersession.MEANING_MARGIN = args.meaning_min, args.meaning_margin
+    similar = StatementSimilarity.from_asset() if args.meaning else None
     print("| seed | update share | requests | updates | pairs marked right | false marks | missed "
           "| precision | recall | us/pair |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for seed in args.seeds:
         for share in args.update_share:
-            r = run(seed, share, args.users, args.requests)
+            r = run(seed, share, args.users, args.requests, similar)
             print(f"| {seed} | {share} | {r['requests']} | {r['updates']} | {r['marked right']} | "
                   f"{r['false marks']} | {r['missed']} | {r['precision']:.3f} | {r['recall']:.3f} | "
                   f"{r['us per pair']:.0f} |")

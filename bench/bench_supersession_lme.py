@@ -27,13 +27,16 @@ from pathlib import Path
 
 from memroute.datasets import load_longmemeval, lme_turn_pairs
 from memroute.datasets.generate.longmemeval import generate_longmemeval, write_json
-from memroute.memory.supersession import marks_for
+from memroute.memory import supersession
+from memroute.memory.meaning import StatementSimilarity
+from memroute.memory.supersession import Similarity, marks_for
 from memroute.types import Memory, memory_of
 
 KU = "knowledge-update"
 
 
-def run(seed: int, size: str) -> dict[str, object]:
+def run(seed: int, size: str,
+        similar: Similarity | None = None) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         path = write_json(generate_longmemeval(size=size, seed=seed), Path(tmp) / "lme.json")
         questions = load_longmemeval(path)
@@ -52,7 +55,7 @@ def run(seed: int, size: str) -> dict[str, object]:
             pair = r.pair
             mine[pair.id] = memory_of(pair)
             t0 = time.perf_counter()
-            marks = marks_for([pair], mine.values())
+            marks = marks_for([pair], mine.values(), similar)
             spent += time.perf_counter() - t0
             pairs += 1
             for old_id, (by, until) in marks.items():
@@ -79,12 +82,18 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--size", default="default", help="small | default | s-like")
     ap.add_argument("--show-missed", action="store_true", help="list the missed updates")
+    ap.add_argument("--meaning", action=argparse.BooleanOptionalAction, default=True,
+                    help="rule 5: supersede by meaning (MiniLM) when the words find nothing")
+    ap.add_argument("--meaning-min", type=float, default=supersession.MEANING_MIN)
+    ap.add_argument("--meaning-margin", type=float, default=supersession.MEANING_MARGIN)
     args = ap.parse_args()
+    supersession.MEANING_MIN, supersession.MEANING_MARGIN = args.meaning_min, args.meaning_margin
+    similar = StatementSimilarity.from_asset() if args.meaning else None
     print("| seed | size | questions | pairs | knowledge updates | marked right | false marks "
           "| missed | precision | recall | us/pair |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for seed in args.seeds:
-        r = run(seed, args.size)
+        r = run(seed, args.size, similar)
         print(f"| {seed} | {r['size']} | {r['questions']} | {r['pairs']} | {r['updates']} | "
               f"{r['marked right']} | {r['false marks']} | {r['missed']} | {r['precision']:.3f} | "
               f"{r['recall']:.3f} | {r['us per pair']:.0f} |")

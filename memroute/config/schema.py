@@ -114,6 +114,9 @@ class RetrievalConfig:
     # kind). superseded: exclude (never retrieved) | rank_below (after every current memory).
     supersede: bool = True
     superseded: str = "exclude"
+    # ...and by meaning: a change statement worded apart from the one it replaces (rule 5: the
+    # embedder's most similar older statement, when it stands out; +1 encoder call per update)
+    supersede_by_meaning: bool = True
 
 
 @dataclass

@@ -154,6 +154,8 @@ class JournaledRetriever:
             cfg if isinstance(cfg, RetrievalConfig) and isinstance(encoder, Encoder) else None
         )
         self.encoder: Encoder | None = encoder if self.cfg is not None else None
+        # supersession by meaning (rule 5), as the wrapped retriever's flusher applies it
+        self.similar = getattr(retriever, "similar", None)
         self.vectors = VectorCache(cache_size)
         # decided once: whether the wrapped retriever takes the query vectors embedded here
         self.vector_retriever = retriever if isinstance(retriever, VectorRetriever) else None
@@ -242,7 +244,7 @@ class JournaledRetriever:
             raise InvalidRequest(f"top_k must be a positive integer, got {k!r}", field="top_k")
         user_ids, queries = list(user_ids), list(queries)
         pending = {uid: [pending_memory(e.pair) for e in es] for uid, es in snapshot.items()}
-        pending_marks = {uid: marks_for([e.pair for e in es], pending[uid])
+        pending_marks = {uid: marks_for([e.pair for e in es], pending[uid], self.similar)
                          for uid, es in snapshot.items() if es}
         pending = {uid: [m for m in ms if m.id not in pending_marks.get(uid, {})]
                    for uid, ms in pending.items()}
@@ -312,7 +314,9 @@ class JournaledRetriever:
                 kept[uid] = []
                 continue
             pairs = [e.pair for e in entries]
-            marks = marks_for(pairs, [*(h.memory for h in hits), *map(pending_memory, pairs)])
+            # rule 5 here sees the retrieved candidates, the flusher the user's whole history
+            marks = marks_for(pairs, [*(h.memory for h in hits), *map(pending_memory, pairs)],
+                              self.similar)
             out.append(apply_policy(list(hits), marks, policy))
             kept[uid] = [e for e in entries if e.pair.id not in marks]
         return out, kept

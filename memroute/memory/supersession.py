@@ -23,6 +23,19 @@ one when all of these hold:
    Estonia" is replaced by "the Estonia trip savings are now $1,300" (the money differs; the
    shared name is context), and a pair that already says the new value is current.
 
+Rule 3 reads words, so it misses an update worded apart from the statement it replaces ("I
+traded in my old car for a Mazda 3" after "I drive a Kia Niro"; "my houseplant collection is up
+to 14" after "I have 9 houseplants"). With a ``similar`` function (an encoder's cosine of the
+user turns' statements; :mod:`memroute.memory.meaning`), a change statement that rule 3 matched
+to nothing supersedes by meaning (rule 5): of the older pairs that pass rule 4, the one whose
+user turn is most similar, when it is at least ``MEANING_MIN`` similar and ahead of the
+runner-up by ``MEANING_MARGIN``. The margin is what keeps sibling facts apart: a user's
+father's and mother's birthdays, or four friends who each moved, are all alike (cosine up to
+0.8), so none stands out; the one statement a paraphrased update is about does. A user with one
+sibling fact has no runner-up, so an older statement about another thing of the user's ("my
+sister lives in Lyon" against "my brother just moved to Tallinn") is never a candidate: its "my
+X" is not in the update, and the update's "my Y" is not in it.
+
 Nothing here writes: :func:`superseded_by` returns ids, and the store marks those rows
 (``superseded_by``, ``valid_until``) without deleting them. Measured against the replay trace's
 ground truth (which fact each request is about) in docs/BENCHMARKS.md, false supersessions
@@ -33,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from memroute.text.tokenize import unigrams
@@ -41,6 +54,12 @@ from memroute.types import Memory, RetrievalHit, TurnPair
 
 SUBJECT_SHARE = 0.75  # share of the update's subject words the older pair must mention
 SHORT_ANSWER_WORDS = 4  # up to this many words, an answer's first capitalised word is a name
+# Rule 5 (by meaning), measured on the tuning seeds of both benches (docs/BENCHMARKS.md):
+MEANING_MIN = 0.35  # cosine of the user turns' statements
+MEANING_MARGIN = 0.30  # ahead of the next most similar candidate by this much
+
+# cosines of one statement to each of several (rows L2-normalised: dot products)
+Similarity = Callable[[str, Sequence[str]], Sequence[float]]
 
 # Change cues (normalised words or phrases) and the addition cues that veto them.
 CUES = frozenset("""changed change changes moved move switched switch renamed renaming rename
@@ -183,13 +202,22 @@ def _answer_for_values(answer: str) -> str:
 
 def states_old_value(update: Update, memory_text: str) -> bool:
     """Rules 3-4: the older pair is about the update's subject and holds a value it replaces."""
+    return _about_subject(update, memory_text) and replaces_value(update, memory_text)
+
+
+def _about_subject(update: Update, memory_text: str) -> bool:
+    """Rule 3: the older pair mentions most of the update's subject words."""
     question, answer = split_memory_text(memory_text)
-    whole = f"{question} {_answer_for_values(answer)}"
-    old, rest = values(whole)
-    words = set(unigrams(rest, stem=True))
-    if len(update.subject & words) < SUBJECT_SHARE * len(update.subject):
-        return False
-    if not statement_part(question):
+    words = set(unigrams(values(f"{question} {_answer_for_values(answer)}")[1], stem=True))
+    return len(update.subject & words) >= SUBJECT_SHARE * len(update.subject)
+
+
+def replaces_value(update: Update, memory_text: str) -> bool:
+    """Rule 4: the older pair holds a value of a kind the update states, and not the new one."""
+    question, answer = split_memory_text(memory_text)
+    if statement_part(question):
+        old = values(f"{question} {_answer_for_values(answer)}")[0]
+    else:
         # a question asserts nothing ("Is Lisbon expensive to live in?"): only its answer can
         # hold the user's old value ("What is my locker code? / It's ZX-4471.")
         old = values(_answer_for_values(answer))[0]
@@ -201,20 +229,76 @@ def states_old_value(update: Update, memory_text: str) -> bool:
     return False
 
 
+def said(user_text: str) -> str:
+    """What a user turn states, for rule 5's similarity: its statement sentences, or the whole
+    turn when it only asks."""
+    return statement_part(user_text) or user_text
+
+
 def _order(m: Memory | TurnPair) -> tuple[int, float, int]:
     return (int(m.session_time), float(m.created_at), int(m.turn_index))
 
 
-def superseded_by(new: TurnPair, older: Iterable[Memory]) -> list[int]:
-    """Ids of the current memories in ``older`` that ``new`` supersedes (oldest first)."""
+def superseded_by(new: TurnPair, older: Iterable[Memory], similar: Similarity | None = None,
+                  ) -> list[int]:
+    """Ids of the current memories in ``older`` that ``new`` supersedes (oldest first): by
+    rules 1-4, or, when those find none and ``similar`` is given, by meaning (rule 5)."""
     update = as_update(new.user_text)
     if update is None:
         return []
     key = _order(new)
-    hits = [m for m in older
-            if m.id != new.id and not m.superseded_by and m.user_id == new.user_id
-            and _order(m) < key and states_old_value(update, m.text)]
+    current = [m for m in older if m.id != new.id and not m.superseded_by
+               and m.user_id == new.user_id and _order(m) < key]
+    hits = [m for m in current if states_old_value(update, m.text)]
+    if not hits and similar is not None:
+        hits = _by_meaning(new, update, current, similar)
     return [m.id for m in sorted(hits, key=_order)]
+
+
+_POSSESSED = re.compile(r"\b(?:my|our)\s+([a-z][\w'-]*)(?:\s+([a-z][\w'-]*))?", re.I)
+
+
+def _possessed(text: str) -> frozenset[str]:
+    """Stems of what ``text`` says is the user's: the first word after "my"/"our" that is not
+    generic ("my old car" -> car, "my sister's birthday" -> sister)."""
+    drop = _dropped_words()
+    out = set()
+    for m in _POSSESSED.finditer(text):
+        for word in m.groups():
+            stems = unigrams(word or "", stem=True)
+            if stems and stems[0] not in drop:
+                out.add(stems[0])
+                break
+    return frozenset(out)
+
+
+def _another_thing(statement: str, older: str) -> bool:
+    """The older statement is about something else the user has: each names a "my X" the
+    other never mentions."""
+    mine = _possessed(older)
+    if not mine:
+        return False
+    new_words, old_words = set(unigrams(statement, stem=True)), set(unigrams(older, stem=True))
+    return not mine & new_words and not _possessed(statement) & old_words
+
+
+def _by_meaning(new: TurnPair, update: Update, current: Sequence[Memory],
+                similar: Similarity) -> list[Memory]:
+    """Rule 5: the one older pair holding a replaced value whose user turn stands out as the
+    most similar to the update's statement (none when two are alike: sibling facts)."""
+    statement = said(new.user_text)
+    held = [m for m in current if replaces_value(update, m.text)
+            and not _another_thing(statement, said(split_memory_text(m.text)[0]))]
+    if not held:
+        return []
+    sims = [float(c) for c in similar(statement,
+                                      [said(split_memory_text(m.text)[0]) for m in held])]
+    ranked = sorted(range(len(held)), key=lambda i: -sims[i])
+    best = sims[ranked[0]]
+    runner_up = sims[ranked[1]] if len(ranked) > 1 else 0.0
+    if best >= MEANING_MIN and best - runner_up >= MEANING_MARGIN:
+        return [held[ranked[0]]]
+    return []
 
 
 @functools.cache
@@ -225,15 +309,16 @@ def _dropped_words() -> frozenset[str]:
     return words | frozenset(unigrams(" ".join(sorted(words)), stem=True))
 
 
-def marks_for(new_pairs: Sequence[TurnPair], memories: Iterable[Memory]) -> dict[int, tuple[int, int]]:
+def marks_for(new_pairs: Sequence[TurnPair], memories: Iterable[Memory],
+              similar: Similarity | None = None) -> dict[int, tuple[int, int]]:
     """``{superseded id: (superseding id, valid_until)}`` for ``new_pairs`` (one user's, any
     order) against ``memories`` (that user's, the new pairs may be among them): each update in
     time order, so a value changed twice ends superseded by the first change and the first
-    change by the second."""
+    change by the second. ``similar``: rule 5 (by meaning) as well."""
     current = {m.id: m for m in memories}
     marks: dict[int, tuple[int, int]] = {}
     for pair in sorted(new_pairs, key=_order):
-        for old_id in superseded_by(pair, current.values()):
+        for old_id in superseded_by(pair, current.values(), similar):
             marks[old_id] = (pair.id, int(pair.session_time))
             current.pop(old_id)
     return marks

@@ -26,6 +26,7 @@ from memroute.config.schema import RetrievalConfig
 from memroute.embedding.base import Encoder
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
+from memroute.memory.meaning import StatementSimilarity
 from memroute.memory.supersession import (POLICIES, apply_policy, as_update, marks_for,
                                           restated_marks)
 from memroute.namespace import validate_tenant
@@ -113,6 +114,8 @@ class HybridRetriever:
         self.encoder = encoder
         self.store = store
         self.cfg = cfg
+        # supersession's rule 5: statements compared under the retrieval encoder
+        self.similar = StatementSimilarity(encoder) if cfg.supersede_by_meaning else None
         if cfg.hot_vectors and not hasattr(store, "list_user_vectors"):
             raise ConfigError(f"hot_vectors needs a store that reads vectors back; "
                               f"{type(store).__name__} does not", field="retrieval.hot_vectors")
@@ -161,11 +164,16 @@ class HybridRetriever:
             if entry is None:
                 continue
             # Candidates: the user's memories BM25 finds for each update (an older pair must
-            # share most of its subject words), so a long history is not scanned whole.
-            pool = {m.id: m for p in updates
-                    for m, _ in entry.search(p.user_text, SUPERSEDE_POOL)}
-            pool.update((p.id, entry.memories[p.id]) for p in updates if p.id in entry.memories)
-            marks = marks_for(updates, pool.values())
+            # share most of its subject words), so a long history is not scanned whole; by
+            # meaning (rule 5), every memory: its words may be none of the update's.
+            if self.similar is not None:
+                pool = dict(entry.memories)
+            else:
+                pool = {m.id: m for p in updates
+                        for m, _ in entry.search(p.user_text, SUPERSEDE_POOL)}
+                pool.update((p.id, entry.memories[p.id]) for p in updates
+                            if p.id in entry.memories)
+            marks = marks_for(updates, pool.values(), self.similar)
             if marks or any(m.superseded_by for m in entry.memories.values()):
                 current = [replace(m, superseded_by=marks[m.id][0]) if m.id in marks else m
                            for m in entry.memories.values()]

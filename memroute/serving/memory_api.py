@@ -82,7 +82,8 @@ class MemoryApi:
         pending = [e.pair for e in self.journal.pending_for_user(user_id)]
         rows = {m.id: m for m in stored}
         rows.update((p.id, memory_of(p)) for p in pending)
-        marks = marks_for(pending, rows.values()) if self.cfg.retrieval.supersede else {}
+        similar = getattr(self.turns, "similar", None)  # rule 5, as the flusher will apply it
+        marks = marks_for(pending, rows.values(), similar) if self.cfg.retrieval.supersede else {}
         pending_ids = {p.id for p in pending}
         out = []
         for m in sorted(rows.values(), key=lambda m: (m.session_time, m.created_at, m.turn_index)):

@@ -112,3 +112,37 @@ def test_an_answer_given_after_the_update_with_the_old_value_is_never_retrieved(
     r.remember([parrot])
     assert {m.id: m for m in store.list_user(U)}[parrot.id].superseded_by == UPDATE.id
     assert not any("ZX-4471" in t for t in texts(r.retrieve(U, "my locker code")))
+
+
+CAR = pair(13, "I drive a Kia Niro and it's getting old. When is it worth replacing?",
+           "When repairs cost more than the car is worth.")
+SISTER = pair(14, "My sister lives in Lyon.")
+TRADED = pair(23, "I traded in my old car for a Mazda 3 today. What maintenance should I plan?")
+BROTHER = pair(24, "My brother just moved to Tallinn.")
+
+
+def test_an_update_worded_apart_supersedes_by_meaning_and_a_sibling_fact_stays(store, encoder):
+    r = HybridRetriever(encoder, store, RetrievalConfig(top_k=5, candidate_k=50))
+    r.remember([*HISTORY, CAR, SISTER])
+    r.retrieve(U, "What car do I drive?")  # a served user: cached, as on the serving path
+    r.remember([TRADED, BROTHER])
+    rows = {m.id: m for m in store.list_user(U)}
+    assert rows[CAR.id].superseded_by == TRADED.id  # no word of "car" in it: by meaning
+    assert rows[SISTER.id].superseded_by == 0  # the brother's move is not the sister's
+    got = texts(r.retrieve(U, "Which car do I drive?", top_k=8))
+    assert any("Mazda 3" in t for t in got) and not any("Kia Niro" in t for t in got)
+    # switched off, the words alone find nothing to replace
+    words_only = HybridRetriever(encoder, store, RetrievalConfig(supersede_by_meaning=False))
+    assert words_only.similar is None
+
+
+def test_a_pending_update_worded_apart_hides_what_it_replaces(store, encoder, tmp_path):
+    r = HybridRetriever(encoder, store, RetrievalConfig(top_k=5, candidate_k=50))
+    r.remember([*HISTORY, CAR, SISTER])
+    journal = Journal(tmp_path / "journal.sqlite3")
+    served = JournaledRetriever(r, journal)
+    served.remember([TRADED])  # journaled, not flushed
+    got = texts(served.retrieve(U, "Which car do I drive?", top_k=8))
+    assert any("Mazda 3" in t for t in got) and not any("Kia Niro" in t for t in got)
+    assert any("Lyon" in t for t in texts(served.retrieve(U, "Where does my sister live?")))
+    journal.close()

@@ -159,3 +159,68 @@ def test_a_move_that_names_nothing_else_replaces_where_the_user_lives():
     # a friend's move is about the friend, not the user's home
     friend = pair(3, "My best friend moved to Lisbon last month.")
     assert superseded_by(friend, [memory_of(home)]) == []
+
+
+def fixed_similarity(table: dict[tuple[str, str], float]):
+    """``similar`` from a table of (update, older) statement cosines; unlisted pairs: 0.05."""
+    calls = []
+
+    def similar(text, others):
+        calls.append((text, list(others)))
+        return [table.get((text, o), 0.05) for o in others]
+
+    similar.calls = calls
+    return similar
+
+
+CAR_OLD = "I drive a Kia Niro and it's getting old."
+CAR_NEW = "I traded in my old car for a Mazda 3 today."
+
+
+def test_an_update_worded_apart_supersedes_by_meaning_only_with_a_similarity():
+    old = pair(0, CAR_OLD + " When is it worth replacing?", "When repairs cost more than it is worth.")
+    other = pair(1, "I am learning Spanish verbs this month.")  # holds a name, unrelated
+    new = pair(2, CAR_NEW + " What maintenance should I plan?")
+    older = [memory_of(old), memory_of(other)]
+    assert superseded_by(new, older) == []  # no word of the update is in the old statement
+    similar = fixed_similarity({(CAR_NEW, CAR_OLD): 0.43})
+    assert superseded_by(new, older, similar) == [old.id]
+    # each side is compared by what it states, without its question
+    assert similar.calls == [(CAR_NEW, [CAR_OLD, "I am learning Spanish verbs this month."])]
+    assert marks_for([new], [*older, memory_of(new)], similar) == {
+        old.id: (new.id, new.session_time)}
+
+
+def test_by_meaning_needs_a_statement_that_stands_out():
+    cousin = "My cousin just moved to Edinburgh."
+    older = [pair(0, "My grandfather just moved to Galway."), pair(1, "My sister lives in Lyon.")]
+    new = pair(2, cousin)
+    # alike, but none ahead of the next by the margin: sibling facts, none replaced
+    alike = fixed_similarity({(cousin, older[0].user_text): 0.59, (cousin, older[1].user_text): 0.50})
+    assert superseded_by(new, [memory_of(p) for p in older], alike) == []
+    # below the floor, however far ahead
+    faint = fixed_similarity({(cousin, older[0].user_text): 0.33})
+    assert superseded_by(new, [memory_of(p) for p in older], faint) == []
+
+
+def test_by_meaning_never_replaces_another_thing_of_the_users():
+    sister = pair(0, "My sister lives in Lyon.")
+    brother = pair(1, "My brother just moved to Tallinn.")
+    # the only candidate, and similar: still another person's home
+    similar = fixed_similarity({(brother.user_text, sister.user_text): 0.48})
+    assert superseded_by(brother, [memory_of(sister)], similar) == []
+    # the update's "my houseplant" is in the older statement: the same thing, worded apart
+    plants_old = pair(2, "I have 9 houseplants in my apartment.")
+    plants_new = pair(3, "My houseplant collection is up to 14 now!")
+    similar = fixed_similarity({(plants_new.user_text, plants_old.user_text): 0.57})
+    assert superseded_by(plants_new, [memory_of(plants_old)], similar) == [plants_old.id]
+
+
+def test_by_meaning_waits_for_the_words():
+    stated = pair(0, "My locker code is ZX-4471.")
+    alike = pair(1, "The gym gave me a wristband, number WB-7713.")
+    new = pair(2, "I changed my locker code, it's QT-8812 now.")
+    similar = fixed_similarity({(new.user_text, alike.user_text): 0.9})
+    # rules 3-4 found the statement: rule 5 adds nothing, and is not even asked
+    assert superseded_by(new, [memory_of(stated), memory_of(alike)], similar) == [stated.id]
+    assert similar.calls == []
