@@ -13,8 +13,8 @@ one when all of these hold:
    question) and carries a change cue ("changed", "moved", "switched", "raised", "no longer",
    "now", "correction", "actually", ...: :data:`CUES`), and no addition cue ("also",
    "another", "second", "too": a second pet is not a renamed pet);
-2. it states a value: a token shaped like a code or number, a time, a date, an amount of money
-   or a name (capitalised words inside a sentence) -- :func:`values`;
+2. it states a value: a token shaped like a code or number, a time, a date, an amount of money,
+   a quoted title or a name (capitalised words inside a sentence) -- :func:`values`;
 3. the older pair mentions the new statement's subject: at least ``SUBJECT_SHARE`` of the
    update's subject words (its stemmed content words, less cues, values, time words and generic
    verbs such as "is called") occur in the older pair, question and answer together;
@@ -65,7 +65,7 @@ Similarity = Callable[[str, Sequence[str]], Sequence[float]]
 CUES = frozenset("""changed change changes moved move switched switch renamed renaming rename
     rescheduled relocated reissued updated update corrected correction actually instead
     anymore now replaced replace wrong increased decreased upgraded downgraded promoted
-    traded""".split())
+    traded started""".split())
 # "raised"/"lowered" only as verbs with an object ("raised my rent"), not "raised beds"
 CUE_PHRASES = ("no longer", "from now on", "not anymore", "got it wrong", "change of plan",
                *(f"{verb} {det}" for verb in ("raised", "lowered")
@@ -92,6 +92,7 @@ _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|
           r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
 _MONTHS_WORDS = frozenset("""january february march april may june july august september october
     november december monday tuesday wednesday thursday friday saturday sunday""".split())
+_QUOTES = "'\"\u2018\u2019\u201c\u201d"
 # (kind, pattern); earlier kinds claim their span first.
 _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("money", re.compile(r"[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmM]\b)?")),
@@ -99,6 +100,8 @@ _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
                         rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}})?", re.I)),
     ("time", re.compile(r"\b\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)(?!\w)"
                         r"|\b\d{1,2}:\d{2}\b", re.I)),
+    # A quoted title: 'The Silent Archive', "Dune" (before codes: a title may hold a number).
+    ("title", re.compile(r"(?<!\w)['\"\u2018\u201c][A-Z][^'\"\u2019\u201d\n]{0,60}?['\"\u2019\u201d](?!\w)")),
     ("code", re.compile(r"\b[\w-]*\d[\w-]*\b")),
     # Capitalised words inside a sentence (not the first word of one): names, places, vendors.
     ("name", re.compile(r"(?<=[\w,;:)] )[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")),
@@ -113,7 +116,7 @@ _NOT_NAMES = frozenset("""i q a noted yes no sure ok okay got thanks thank great
 
 @dataclass(frozen=True)
 class Value:
-    kind: str  # money | date | time | code | name
+    kind: str  # money | date | time | title | code | name
     norm: str  # lower-cased, spaces collapsed
 
 
@@ -131,7 +134,7 @@ def values(text: str) -> tuple[tuple[Value, ...], str]:
     rest = text
     for kind, pattern in _VALUE_PATTERNS:
         for m in pattern.finditer(rest):
-            span = m.group().strip()
+            span = m.group().strip().strip(_QUOTES)
             if kind == "name":
                 span = " ".join(w for w in span.split() if w.lower() not in _MONTHS_WORDS)
                 if not span or span.split()[0].lower().strip("'") in _NOT_NAMES:
@@ -273,8 +276,8 @@ def _possessed(text: str) -> frozenset[str]:
 
 
 def _another_thing(statement: str, older: str) -> bool:
-    """The older statement is about something else the user has: each names a "my X" the
-    other never mentions."""
+    """The older statement is about something else the user has: it names a "my X" the update
+    never mentions, and the update names no "my Y" that it mentions."""
     mine = _possessed(older)
     if not mine:
         return False
@@ -287,12 +290,15 @@ def _by_meaning(new: TurnPair, update: Update, current: Sequence[Memory],
     """Rule 5: the one older pair holding a replaced value whose user turn stands out as the
     most similar to the update's statement (none when two are alike: sibling facts)."""
     statement = said(new.user_text)
-    held = [m for m in current if replaces_value(update, m.text)
-            and not _another_thing(statement, said(split_memory_text(m.text)[0]))]
+    held, theirs = [], []
+    for m in current:
+        older = said(split_memory_text(m.text)[0])
+        if replaces_value(update, m.text) and not _another_thing(statement, older):
+            held.append(m)
+            theirs.append(older)
     if not held:
         return []
-    sims = [float(c) for c in similar(statement,
-                                      [said(split_memory_text(m.text)[0]) for m in held])]
+    sims = [float(c) for c in similar(statement, theirs)]
     ranked = sorted(range(len(held)), key=lambda i: -sims[i])
     best = sims[ranked[0]]
     runner_up = sims[ranked[1]] if len(ranked) > 1 else 0.0

@@ -224,3 +224,15 @@ def test_by_meaning_waits_for_the_words():
     # rules 3-4 found the statement: rule 5 adds nothing, and is not even asked
     assert superseded_by(new, [memory_of(stated), memory_of(alike)], similar) == [stated.id]
     assert similar.calls == []
+
+
+def test_a_quoted_title_is_a_value_and_starting_the_next_one_replaces_it():
+    assert values("I'm halfway through 'The Burning Quarry'.")[0][0].kind == "title"
+    assert values("My kids' Soccer game is at 5 pm.")[0][0].kind == "time"  # no quote pair
+    old = pair(0, "I'm halfway through 'The Burning Quarry'. Any tips to read more consistently?")
+    new = pair(1, "I started reading 'The Paper Harbor' this week and I can't put it down.")
+    assert as_update(new.user_text) is not None  # "started": a new state begins
+    similar = fixed_similarity({(new.user_text, "I'm halfway through 'The Burning Quarry'."): 0.5})
+    assert superseded_by(new, [memory_of(old)], similar) == [old.id]
+    # a book started too is an addition, not a replacement
+    assert as_update("I also started reading 'Dune' this week.") is None
