@@ -208,26 +208,42 @@ def states_old_value(update: Update, memory_text: str) -> bool:
     return _about_subject(update, memory_text) and replaces_value(update, memory_text)
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What rules 3-4 read from a stored pair's text, parsed once per text."""
+
+    words: frozenset[str]  # stemmed words, values cut out (rule 3)
+    held: dict[str, frozenset[str]]  # kind -> the values the pair asserts (rule 4)
+
+
+# Memoised (bounded, ~25 MB): a change statement is checked against the user's whole history
+# (rule 5), so every stored text would otherwise be parsed again for each update.
+@functools.lru_cache(maxsize=16384)
+def _read(memory_text: str) -> _Read:
+    question, answer = split_memory_text(memory_text)
+    whole, rest = values(f"{question} {_answer_for_values(answer)}")
+    # a question asserts nothing ("Is Lisbon expensive to live in?"): only its answer can hold
+    # the user's old value ("What is my locker code? / It's ZX-4471.")
+    old = whole if statement_part(question) else values(_answer_for_values(answer))[0]
+    held: dict[str, set[str]] = {}
+    for v in old:
+        held.setdefault(v.kind, set()).add(v.norm)
+    return _Read(frozenset(unigrams(rest, stem=True)),
+                 {kind: frozenset(norms) for kind, norms in held.items()})
+
+
 def _about_subject(update: Update, memory_text: str) -> bool:
     """Rule 3: the older pair mentions most of the update's subject words."""
-    question, answer = split_memory_text(memory_text)
-    words = set(unigrams(values(f"{question} {_answer_for_values(answer)}")[1], stem=True))
+    words = _read(memory_text).words
     return len(update.subject & words) >= SUBJECT_SHARE * len(update.subject)
 
 
 def replaces_value(update: Update, memory_text: str) -> bool:
     """Rule 4: the older pair holds a value of a kind the update states, and not the new one."""
-    question, answer = split_memory_text(memory_text)
-    if statement_part(question):
-        old = values(f"{question} {_answer_for_values(answer)}")[0]
-    else:
-        # a question asserts nothing ("Is Lisbon expensive to live in?"): only its answer can
-        # hold the user's old value ("What is my locker code? / It's ZX-4471.")
-        old = values(_answer_for_values(answer))[0]
+    held = _read(memory_text).held
     for kind in {v.kind for v in update.values}:
         new = {v.norm for v in update.values if v.kind == kind}
-        held = {v.norm for v in old if v.kind == kind}
-        if held and not held & new:  # a value of this kind, and not already the new one
+        if held.get(kind) and not held[kind] & new:  # not already the new value
             return True
     return False
 
