@@ -1,4 +1,4 @@
-"""Which stored turn-pairs a new turn-pair supersedes: deterministic rules, no model call.
+"""Which stored turn-pairs a new turn-pair supersedes: deterministic rules, no language model.
 
 A user who says "I changed my locker code, it's QT-8812 now." makes every older turn-pair that
 states or answers the old locker code stale: the statement "My locker code is ZX-4471." and the
@@ -26,7 +26,7 @@ one when all of these hold:
 Rule 3 reads words, so it misses an update worded apart from the statement it replaces ("I
 traded in my old car for a Mazda 3" after "I drive a Kia Niro"; "my houseplant collection is up
 to 14" after "I have 9 houseplants"). With a ``similar`` function (an encoder's cosine of the
-user turns' statements; :mod:`memroute.memory.meaning`), a change statement that rule 3 matched
+user turns' statements; :mod:`memroute.memory.meaning`), a change statement that rules 3-4 matched
 to nothing supersedes by meaning (rule 5): of the older pairs that pass rule 4, the one whose
 user turn is most similar, when it is at least ``MEANING_MIN`` similar and ahead of the
 runner-up by ``MEANING_MARGIN``. The margin is what keeps sibling facts apart: a user's
