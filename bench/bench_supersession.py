@@ -27,6 +27,15 @@ from memroute.memory.supersession import Similarity, marks_for
 from memroute.types import Memory, TurnPair, memory_of
 
 
+def as_pair(seq: int, req) -> TurnPair:
+    """The turn-pair a correct model leaves for trace request ``req``: a statement or update
+    answered "Noted.", a question answered with its reference."""
+    answer = req.references[0] if req.references and req.kind not in ("statement", "update") \
+        else "Noted."
+    return TurnPair(req.user_id, req.session_id, seq, req.messages[-1].content, answer,
+                    int(req.ts), created_at=req.ts)
+
+
 def run(seed: int, update_share: float, users: int, requests: int,
         similar: Similarity | None = None) -> dict[str, object]:
     cfg = MakeTraceConfig(seed=seed, update_share=update_share, num_users=users,
@@ -38,11 +47,7 @@ def run(seed: int, update_share: float, users: int, requests: int,
     false_kinds: Counter[str] = Counter()
     spent = 0.0
     for seq, req in enumerate(generate_trace(cfg)):
-        text = req.messages[-1].content
-        answer = req.references[0] if req.references and req.kind not in ("statement", "update") \
-            else "Noted."
-        pair = TurnPair(req.user_id, req.session_id, seq, text, answer, int(req.ts),
-                        created_at=req.ts)
+        pair = as_pair(seq, req)
         mine = memories[req.user_id]
         mine[pair.id] = memory_of(pair)
         fact_of[pair.id], kind_of[pair.id] = req.fact_id or "", req.kind or ""

@@ -16,6 +16,8 @@ import argparse
 import statistics
 import time
 
+from bench_supersession import as_pair
+
 from memroute.config.make_trace import MakeTraceConfig
 from memroute.datasets.generate.trace_sources import generate_trace
 from memroute.memory.meaning import StatementSimilarity
@@ -27,13 +29,7 @@ UPDATES = 20  # change statements timed per history size
 
 def user_pairs(n: int, seed: int) -> list[TurnPair]:
     cfg = MakeTraceConfig(seed=seed, num_users=1, num_requests=n, update_share=0.4, progress=False)
-    out = []
-    for seq, req in enumerate(generate_trace(cfg)):
-        answer = req.references[0] if req.references and req.kind not in ("statement", "update") \
-            else "Noted."
-        out.append(TurnPair(req.user_id, req.session_id, seq, req.messages[-1].content, answer,
-                            int(req.ts), created_at=req.ts))
-    return out
+    return [as_pair(seq, req) for seq, req in enumerate(generate_trace(cfg))]
 
 
 def timed(updates, history, similar) -> list[float]:

@@ -50,6 +50,13 @@ class StatementSimilarity:
             self._vectors.popitem(last=False)
         return np.stack(out) if out else np.zeros((0, self.encoder.dim), np.float32)
 
+    def __len__(self) -> int:
+        return len(self._vectors)  # texts cached
+
+    def clear(self) -> None:
+        """Forget every cached vector (erasure: the texts are users' own words)."""
+        self._vectors.clear()
+
     def __call__(self, text: str, others: Sequence[str]) -> np.ndarray:
         rows = self.vectors([text, *others])
         return rows[1:] @ rows[0]

@@ -307,9 +307,9 @@ def _by_meaning(new: TurnPair, update: Update, current: Sequence[Memory],
     most similar to the update's statement (none when two are alike: sibling facts)."""
     statement = said(new.user_text)
     held, theirs = [], []
-    for m in current:
+    for m in (m for m in current if replaces_value(update, m.text)):  # cached parse first
         older = said(split_memory_text(m.text)[0])
-        if replaces_value(update, m.text) and not _another_thing(statement, older):
+        if not _another_thing(statement, older):
             held.append(m)
             theirs.append(older)
     if not held:

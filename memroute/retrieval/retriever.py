@@ -189,13 +189,18 @@ class HybridRetriever:
 
     def forget_user(self, user_id: str) -> None:
         """Erasure: drop every per-user cache of ``user_id`` (the in-process BM25 index and the
-        memories it holds; the Milvus BM25 leg keeps nothing here). Call after the store delete."""
+        memories it holds; the Milvus BM25 leg keeps nothing here) and rule 5's statement
+        vectors (keyed by text, not user: all of them go). Call after the store delete."""
         self.bm25.forget_user(user_id)
+        if self.similar is not None:
+            self.similar.clear()
 
     def forget_tenant(self, tenant: str) -> None:
         """Erasure: :meth:`forget_user` for every user of ``tenant``."""
         validate_tenant(tenant)
         self.bm25.forget_tenant(tenant)
+        if self.similar is not None:
+            self.similar.clear()
 
     # ------------------------------------------------------------------ reads
     def retrieve(

@@ -131,6 +131,9 @@ def test_an_update_worded_apart_supersedes_by_meaning_and_a_sibling_fact_stays(s
     assert rows[SISTER.id].superseded_by == 0  # the brother's move is not the sister's
     got = texts(r.retrieve(U, "Which car do I drive?", top_k=8))
     assert any("Mazda 3" in t for t in got) and not any("Kia Niro" in t for t in got)
+    assert len(r.similar) > 0
+    r.forget_user(U)  # erasure forgets the statements' vectors too
+    assert len(r.similar) == 0
     # switched off, the words alone find nothing to replace
     words_only = HybridRetriever(encoder, store, RetrievalConfig(supersede_by_meaning=False))
     assert words_only.similar is None

@@ -44,3 +44,12 @@ def test_the_cache_is_bounded_least_recently_used_first():
     similar("aa", ["cc"])  # "bb" is the least recently used: dropped
     similar("bb", ["aa"])
     assert enc.batches[-1] == ["bb"]
+
+
+def test_clear_forgets_every_vector():
+    enc = CountingEncoder()
+    similar = StatementSimilarity(enc)
+    similar("my locker code", ["ZX-4471"])
+    similar.clear()  # erasure: the retriever calls it after a user's or tenant's delete
+    similar("my locker code", [])
+    assert enc.batches[-1] == ["my locker code"]
