@@ -179,6 +179,9 @@ class CallRecord:
     history_tokens: int = 0  # prompt tokens added by the client's earlier turns
     cached_tokens: int = 0  # of the input, served from the engine's prefix cache
     ttft_s: float | None = None  # ModelReply.ttft_s
+    # Whether the answer was read from a trusted source (memroute.routing.grounding); None: not
+    # checked. A confident answer with False here escalated for that reason.
+    grounded: bool | None = None
 
     @property
     def input_tokens(self) -> int:

@@ -59,6 +59,7 @@ def memroute_report(result: RouteResult) -> dict[str, Any]:
                 "model": c.model_id,
                 "confidence": round(c.confidence, 6),
                 "accepted": c.accepted,
+                "grounded": c.grounded,  # null: not checked (memroute.routing.grounding)
                 "tokens": {
                     "base": c.base_prompt_tokens,
                     "injected": c.injected_tokens,

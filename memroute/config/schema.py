@@ -186,6 +186,12 @@ class RouterConfig:
     # by the calibrator too. Off by default: on a first replay slice it cut escalation but the
     # small model's acknowledgements then entered memory and F1 fell (docs/BENCHMARKS.md).
     statement_tau: Optional[float] = None
+    # A lower tier's answer to a question is accepted only when it was read from what that tier
+    # was given (memroute/routing/grounding.py): "memory" (default) or "off" (confidence alone).
+    # grounding_share: the share of the answer's words one trusted source must hold (all of its
+    # numbers always). Applies to members that use memory.
+    grounding: str = "memory"
+    grounding_share: float = 0.5
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     memory_dates: bool = True

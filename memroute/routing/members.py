@@ -30,3 +30,6 @@ class Prompt:
     base_tokens: int  # the prompt's tokens without the memory block and the history
     decoding: Decoding
     history_tokens: int = 0  # what the client's earlier turns add
+    # What a lower tier's answer may also be read from besides the memories (facts block, the
+    # client's turns; memroute.routing.grounding); None: the answer is not checked.
+    evidence: list[str] | None = None

@@ -39,6 +39,7 @@ from memroute.routing.decoding import (
     generate_grouped,
 )
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
+from memroute.routing.grounding import GROUNDING_MODES, client_texts, grounded, sources
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.live import LiveHooks, live_result, streams
 from memroute.routing.members import Pending, Prompt
@@ -113,6 +114,12 @@ class Router:
                 raise ConfigError(f"router.calibrator_threshold must be in [0, 1], got "
                                   f"{self.threshold}", field="router.calibrator_threshold")
         check_probe_decoding(cfg.probe_decoding)
+        if cfg.grounding not in GROUNDING_MODES:
+            raise ConfigError(f"router.grounding must be one of {', '.join(GROUNDING_MODES)}, got "
+                              f"{cfg.grounding!r}", field="router.grounding")
+        if not 0.0 <= cfg.grounding_share <= 1.0:
+            raise ConfigError(f"router.grounding_share must be in [0, 1], got "
+                              f"{cfg.grounding_share}", field="router.grounding_share")
         if retrieval.followup not in FOLLOWUP_MODES:
             raise ConfigError(f"retrieval.followup must be one of {', '.join(FOLLOWUP_MODES)}, got "
                               f"{retrieval.followup!r}", field="retrieval.followup")
@@ -123,6 +130,10 @@ class Router:
         self.retriever = retriever
         self.facts = None if facts is None else facts_reader(facts)
         self.layout = memory_layout(cfg)
+        # Per tier, the models whose stored answers are no evidence for its own answer: itself
+        # and the cheaper tiers (memroute.routing.grounding).
+        ids = [t.backend.model_id for t in self.tiers]
+        self.untrusted = [frozenset(ids[: t + 1]) for t in range(len(ids))]
 
     # -- public API -------------------------------------------------------------------------
 
@@ -245,24 +256,34 @@ class Router:
         chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)
         messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block,
                                   layout=layout, now=now)
+        evidence = self._evidence(req, block)
         # Exact attribution: the same prompt without the facts and memory blocks (and without
         # the history), so the facts block counts as injected memory;
         # the current turn (question, tool calls and results) and the offered tools are base.
         base = count_prompt(backend, build_messages(system, req.query, tail=req.tail), req.options)
         if not req.history:
-            return Prompt(messages, chosen, base, decoding)
+            return Prompt(messages, chosen, base, decoding, evidence=evidence)
         # The client's turns that fit what the tier's context leaves; oldest dropped first.
         history = list(req.history) if tier.context_tokens is None else history_within(
             req.history, tier.context_tokens - decoding.max_tokens,
             lambda h: build_messages(system, req.query, chosen, h, req.tail, block, layout, now),
             lambda m: count_prompt(backend, m, req.options), backend.count_text_tokens)
         if not history:
-            return Prompt(messages, chosen, base, decoding)
+            return Prompt(messages, chosen, base, decoding, evidence=evidence)
         with_history = count_prompt(
             backend, build_messages(system, req.query, (), history, req.tail), req.options)
         return Prompt(build_messages(system, req.query, chosen, history, req.tail, facts=block,
                                      layout=layout, now=now),
-                      chosen, base, decoding, history_tokens=with_history - base)
+                      chosen, base, decoding, history_tokens=with_history - base,
+                      evidence=evidence)
+
+    def _evidence(self, req: RouteRequest, facts_block: str) -> list[str] | None:
+        """Besides the memories, what a lower tier's answer to ``req`` may be read from; None
+        when its answer is not checked (grounding off, no memory, a turn that asks nothing)."""
+        if (self.cfg.grounding == "off" or not self.cfg.use_memory or not req.use_memory
+                or not asks_something(req.query)):
+            return None
+        return [facts_block, *client_texts(req.history, req.tail)]
 
     def _run_tier(
         self,
@@ -344,7 +365,8 @@ class Router:
                 tau = self.cfg.statement_tau if tau is None else tau
         else:  # P(correct) from the answer's features (memroute.routing.confidence_features)
             c = self.calibrator.predict(answer_features(reply, prompt.memories, p.query))
-        accepted = last or c >= (self.threshold if tau is None else tau)
+        g = self._grounded(t, prompt, reply)
+        accepted = last or (c >= (self.threshold if tau is None else tau) and g is not False)
         p.confidences.append(c)
         p.calls.append(
             CallRecord(
@@ -362,12 +384,20 @@ class Router:
                 params_b=tier.pricing.params_b,
                 cached_tokens=reply.cached_tokens,
                 ttft_s=reply.ttft_s,
+                grounded=g,
             )
         )
         if not accepted:
             p.rejected = (t, backend.model_id, prompt, reply)
             return None
         return _result(reply, self._decision(t, backend.model_id, p, prompt), p, prompt)
+
+    def _grounded(self, t: int, prompt: Prompt, reply: ModelReply) -> bool | None:
+        """Whether tier ``t``'s answer was read from a trusted source; None: not checked."""
+        if prompt.evidence is None:
+            return None
+        texts = sources(prompt.memories, self.untrusted[t], prompt.evidence)
+        return grounded(reply.text, texts, self.cfg.grounding_share)
 
     # -- streaming: memroute.routing.live -----------------------------------------------------
 

@@ -117,7 +117,8 @@ def mock_serve_config(
         cascade={"0": small, "1": large},
         deploy={str(i): TierDeployConfig(num_cpus=0.25, autoscaling=one) for i in range(2)},
         memory=MemoryConfig(uri=str(tmp / "milvus.db"), collection="memroute_mock"),
-        router=RouterConfig(tau=0.5, max_tokens=24),
+        # The mock tiers answer canned text: the confidence rule alone routes (no grounding).
+        router=RouterConfig(tau=0.5, max_tokens=24, grounding="off"),
         journal=JournalConfig(path=str(tmp / "journal.sqlite3")),
         api=ApiConfig(api_keys=dict(keys), admin_keys=list(admin_keys),
                       tenant_rate_limits=dict(tenant_rate_limits or {})),

@@ -9,12 +9,13 @@ from memroute.types import RouteResult, TurnPair
 from .fakes import FakeBackend, FakeRetriever
 
 
-def make(tau=0.5, small_lp=-0.3, use_memory=True, use_routing=True, store=True):
+def make(tau=0.5, small_lp=-0.3, use_memory=True, use_routing=True, store=True, grounding="memory"):
     small = FakeBackend("small", answer="Rex", logprob=small_lp)
     large = FakeBackend("large", answer="Rex the dog", logprob=-0.05)
     retriever = FakeRetriever()
     retriever.remember([TurnPair("alice", "s1", 0, "my dog is called Rex", "Nice name!", 1714521600)])
-    cfg = RouterConfig(tau=tau, use_memory=use_memory, use_routing=use_routing, store_answers=store)
+    cfg = RouterConfig(tau=tau, use_memory=use_memory, use_routing=use_routing, store_answers=store,
+                       grounding=grounding)
     router = Router(
         [Tier("small", small, Pricing(0.5)), Tier("large", large, Pricing(1.5))],
         cfg,
@@ -46,9 +47,10 @@ def test_escalates_below_tau_with_the_same_memories():
 
 
 def test_tau_one_always_escalates_tau_zero_never():
-    router, *_ = make(tau=1.0, small_lp=-0.01)
+    # The confidence rule alone: "dog?" retrieves nothing, so grounding would escalate it too.
+    router, *_ = make(tau=1.0, small_lp=-0.01, grounding="off")
     assert router.route("alice", "dog?").decision.answered_tier == 1
-    router, *_ = make(tau=0.0, small_lp=-9.0)
+    router, *_ = make(tau=0.0, small_lp=-9.0, grounding="off")
     assert router.route("alice", "dog?").decision.answered_tier == 0
 
 
@@ -91,7 +93,7 @@ def test_no_store_when_disabled():
 
 
 def test_batch_equals_singles():
-    router, *_ = make(tau=0.5)
+    router, *_ = make(tau=0.5, grounding="off")  # bob has no memory: grounding would escalate
     batch = router.route_many([RouteRequest("alice", "dog?"), RouteRequest("bob", "dog?")])
     assert [r.answer for r in batch] == ["Rex", "Rex"]
     assert batch[1].decision.memories == []  # bob has no memories of alice

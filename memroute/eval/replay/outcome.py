@@ -45,6 +45,9 @@ class Outcome:
     tokens_compaction: int = 0  # their input + output tokens
     compaction_eff_cost: float = 0.0
     compaction_eff_cost_prod: float = 0.0
+    # A tier refused an answer that no trusted source held (router.grounding); its confidence
+    # may also have been below tau
+    ungrounded: bool = False
 
     @property
     def tokens_in(self) -> int:
@@ -101,6 +104,7 @@ def from_route_result(
         latency_s=sum(c.latency_s for c in result.calls),
         memory_ids=[str(h.memory.id) for h in d.memories],
         calls=len(result.calls),
+        ungrounded=any(c.grounded is False and not c.accepted for c in result.calls),
     )
 
 
@@ -149,4 +153,5 @@ def from_memroute_report(answer: str, report: Mapping[str, Any], prices: Sequenc
         calls=len(calls),
         tokens_cached=int(tokens.get("cached", 0)),
         tokens_history=int(tokens.get("history", 0)),
+        ungrounded=any(c.get("grounded") is False and not c["accepted"] for c in calls),
     )

@@ -1,0 +1,164 @@
+"""router.grounding: a lower tier's answer must be read from a trusted source, not only sound sure."""
+
+import pytest
+
+from memroute.accounting.cost import Pricing
+from memroute.config import RetrievalConfig, RouterConfig
+from memroute.errors import ConfigError
+from memroute.routing.grounding import client_texts, grounded, sources
+from memroute.routing.router import Router, Tier
+from memroute.types import Memory, Message, RetrievalHit, TurnPair
+
+from .fakes import FakeBackend, FakeRetriever
+
+MAY_8 = 1715126400  # 2024-05-08
+
+
+def hit(text, source_model="", mid=1):
+    return RetrievalHit(Memory(mid, "alice", text, 0, source_model=source_model), 1.0)
+
+
+def test_the_memorys_date_label_is_no_source_for_a_date():
+    # The shadow log's case: the 0.5B answered with the label of the memory it was shown.
+    hits = [hit("[1 March 2024] Q: My dentist appointment is on 8 May 2024. / A: Noted!")]
+    texts = sources(hits, untrusted_models=())
+    assert grounded("1 March 2024", texts, 0.5) is False
+    assert grounded("8 May 2024", texts, 0.5) is True
+    assert grounded("It is on 8 May 2024.", texts, 0.5) is True
+
+
+def test_every_number_must_come_from_one_source():
+    texts = ["My car budget is $37,000.", "I bought the car in 2019."]
+    assert grounded("Your car budget is $37,000.", texts, 0.5) is True
+    # each number is somewhere, but no one source holds both: a stitched answer is not read
+    assert grounded("$37,000 in 2019", texts, 0.5) is False
+    assert grounded("Your car budget is $38,000.", texts, 0.5) is False
+
+
+def test_the_share_of_words_one_source_must_hold():
+    texts = ["My sister Maya lives in Lisbon."]
+    assert grounded("Maya lives in Lisbon.", texts, 0.5) is True
+    assert grounded("Maya moved to Porto with her partner Joao.", texts, 0.5) is False
+    assert grounded("Maya moved to Porto with her partner Joao.", texts, 0.0) is True
+
+
+def test_an_answer_with_no_kept_word_is_not_judged():
+    assert grounded("Yes.", ["anything"], 0.5) is None
+    assert grounded("", [], 0.5) is None
+
+
+def test_only_a_stronger_tiers_stored_answer_is_evidence():
+    # What the small tier (or one as cheap) said before is what a wrong answer would have left.
+    own = hit("[1 May 2024] Q: what is 5 % of 840? / A: 420", source_model="small")
+    stronger = hit("[2 May 2024] Q: what is 5 % of 840? / A: 42", source_model="large", mid=2)
+    ingested = hit("[3 May 2024] Q: my locker? / A: Locker 2291, noted.", mid=3)
+    texts = sources([own, stronger, ingested], untrusted_models={"small"})
+    assert grounded("420", texts, 0.5) is False
+    assert grounded("42", texts, 0.5) is True
+    assert grounded("2291", texts, 0.5) is True  # no model wrote it: an ingested history
+    # the user's own turn is always a source, whoever answered it
+    assert "what is 5 % of 840?" in texts
+
+
+def test_the_clients_turns_and_tool_results_are_sources():
+    history = [Message("user", "Book the table for 7 pm.")]
+    tail = [Message("tool", '{"confirmation": "QX-4417"}')]
+    texts = sources([], (), client_texts(history, tail))
+    assert grounded("Your confirmation is QX-4417.", texts, 0.5) is True
+    assert grounded("7 pm", texts, 0.5) is True
+
+
+# -- in the router -------------------------------------------------------------------------------
+
+
+def make(small_answer, grounding="memory", memories=(), small_model="small"):
+    small = FakeBackend(small_model, answer=small_answer, logprob=-0.05)  # c ~ 0.98: confident
+    large = FakeBackend("large", answer="8 May 2024", logprob=-0.05)
+    retriever = FakeRetriever()
+    retriever.remember(list(memories))
+    router = Router(
+        [Tier("small", small, Pricing(0.5)), Tier("large", large, Pricing(8.0))],
+        RouterConfig(tau=0.5, grounding=grounding, store_answers=True),
+        RetrievalConfig(top_k=5, probe_token_budget=256, token_budget=512),
+        retriever,
+    )
+    return router, small, large
+
+
+APPOINTMENT = TurnPair("alice", "s1", 0, "My dentist appointment is on 8 May 2024.", "Noted!",
+                       MAY_8 - 60 * 86400)
+
+
+def test_a_confident_answer_read_from_nowhere_escalates():
+    router, _, large = make("1 March 2024", memories=[APPOINTMENT])
+    res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
+    assert res.decision.answered_tier == 1 and res.answer == "8 May 2024"
+    small_call = res.calls[0]
+    assert small_call.confidence > 0.9 and not small_call.accepted
+    assert small_call.grounded is False
+    # with grounding off the same confident answer is kept: the confidence rule alone
+    router, _, large = make("1 March 2024", grounding="off", memories=[APPOINTMENT])
+    res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
+    assert res.decision.answered_tier == 0 and res.calls[0].grounded is None
+
+
+def test_a_grounded_confident_answer_stays_on_the_small_tier():
+    router, _, large = make("8 May 2024.", memories=[APPOINTMENT])
+    res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
+    assert res.decision.answered_tier == 0 and res.calls[0].grounded is True
+    assert not large.prompts
+
+
+def test_the_large_tiers_stored_answer_lets_the_small_one_answer_the_repeat():
+    # Amortization: the first time only the large tier knows; its stored answer then grounds
+    # the small tier's answer to the same question, and the small tier's own does not.
+    router, small, large = make("42")
+    first = router.route("alice", "what is 5 % of 840?", session_time=MAY_8)
+    assert first.decision.answered_tier == 1  # "42" from nowhere: escalated
+    router2, _, large2 = make("42", memories=[TurnPair("alice", "s1", 0, "what is 5 % of 840?",
+                                                       "42", MAY_8, source_model="large")])
+    again = router2.route("alice", "what is 5 % of 840?", session_time=MAY_8 + 60)
+    assert again.decision.answered_tier == 0 and again.calls[0].grounded is True
+    assert not large2.prompts
+    router3, _, large3 = make("42", memories=[TurnPair("alice", "s1", 0, "what is 5 % of 840?",
+                                                       "42", MAY_8, source_model="small")])
+    assert router3.route("alice", "what is 5 % of 840?", session_time=MAY_8 + 60).decision.answered_tier == 1
+
+
+def test_a_statement_is_not_gated():
+    router, _, large = make("Got it, 8 June then.", memories=[APPOINTMENT])
+    res = router.route("alice", "My dentist moved the appointment to 8 June 2024.", session_time=MAY_8)
+    assert res.decision.answered_tier == 0 and res.calls[0].grounded is None
+    assert not large.prompts
+
+
+def test_the_last_tier_is_recorded_but_never_refused():
+    router, _, large = make("1 March 2024", memories=[APPOINTMENT])
+    large.answer = "Sometime in spring."
+    res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
+    assert res.decision.answered_tier == 1 and res.answer == "Sometime in spring."
+    assert res.calls[1].accepted and res.calls[1].grounded is False
+
+
+@pytest.mark.parametrize("field, value", [("grounding", "retrieval"), ("grounding_share", 1.5)])
+def test_a_bad_grounding_setting_names_its_field(field, value):
+    with pytest.raises(ConfigError) as e:
+        Router([Tier("small", FakeBackend("small"), Pricing(0.5))],
+               RouterConfig(**{field: value}), RetrievalConfig(), FakeRetriever())
+    assert e.value.field == f"router.{field}"
+
+
+def test_the_response_and_the_replay_row_say_the_gate_refused():
+    from memroute.api.responses import memroute_report
+    from memroute.eval.replay.outcome import TierPrice, from_memroute_report, from_route_result
+
+    router, _, _ = make("1 March 2024", memories=[APPOINTMENT])
+    res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
+    report = memroute_report(res)
+    assert [(c["accepted"], c["grounded"]) for c in report["calls"]] == [(False, False), (True, True)]
+    prices = [TierPrice(0.5, 8.0), TierPrice(8.0, 235.0)]
+    assert from_route_result(res, prices, [0, 1]).ungrounded
+    assert from_memroute_report(res.answer, report, prices).ungrounded
+    router, _, _ = make("8 May 2024", memories=[APPOINTMENT])
+    res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
+    assert not from_route_result(res, prices, [0, 1]).ungrounded
