@@ -23,6 +23,7 @@ few microseconds per answer, no model call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Sequence
 
 from memroute.memory.supersession import split_memory_text
@@ -51,16 +52,31 @@ def client_texts(history: Sequence[Message], tail: Sequence[Message]) -> list[st
     return [m.content for m in (*history, *tail) if m.content]
 
 
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
+_MONTHS = {m[:3]: m for m in ("january february march april may june july august september "
+                              "october november december").split()}
+_FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already)
+
+
+def terms(text: str) -> frozenset[str]:
+    """What an answer is compared by: its numbers as digit strings, whatever their format
+    ("$38,000" and "38000", "20th" and "20", "10:45am" and "10:45", "05" and "5"), and its other
+    kept words, month abbreviations spelt out ("Oct" is "october")."""
+    numbers = {n.replace(",", "").lstrip("0") or "0" for n in _NUMBER.findall(text)}
+    words = {_MONTHS.get(w, w) for w in unigrams(text) if not any(c.isdigit() for c in w)}
+    return frozenset(numbers | (words - _FORMAT_WORDS))
+
+
 def grounded(answer: str, texts: Sequence[str], share: float) -> bool | None:
-    """True when one of ``texts`` holds every number-bearing word of ``answer`` and at least
-    ``share`` of its kept words; None when the answer has no kept word (nothing to check)."""
-    words = set(unigrams(answer))
-    if not words:
+    """True when one of ``texts`` holds every number of ``answer`` and at least ``share`` of
+    its terms; None when the answer has no term (nothing to check)."""
+    kept = terms(answer)
+    if not kept:
         return None
-    numbers = {w for w in words if any(c.isdigit() for c in w)}
-    need = share * len(words)
+    numbers = {t for t in kept if t.isdigit()}
+    need = share * len(kept)
     for text in texts:
-        have = words & set(unigrams(text))
+        have = kept & terms(text)
         if numbers <= have and len(have) >= need:
             return True
     return False

@@ -42,6 +42,23 @@ def test_the_share_of_words_one_source_must_hold():
     assert grounded("Maya moved to Porto with her partner Joao.", texts, 0.0) is True
 
 
+@pytest.mark.parametrize("answer, stated", [
+    ("August 20th", "My grandmother's birthday is 20 August."),
+    ("10:45am", "Yoga starts at 10:45 every Tuesday."),
+    ("2:30 PM", "School pickup is at 2:30."),
+    ("$38,000", "We set the wedding budget at 38000 dollars."),
+    ("Oct 4", "Dad's birthday is on 4 October."),
+    ("2024-05-08", "The appointment is on 8/5/2024."),
+])
+def test_a_value_in_another_format_is_the_same_value(answer, stated):
+    assert grounded(answer, [stated], 0.5) is True
+
+
+def test_a_different_number_in_the_same_format_is_not():
+    assert grounded("August 21st", ["My grandmother's birthday is 20 August."], 0.5) is False
+    assert grounded("10:15am", ["Yoga starts at 10:45 every Tuesday."], 0.5) is False
+
+
 def test_an_answer_with_no_kept_word_is_not_judged():
     assert grounded("Yes.", ["anything"], 0.5) is None
     assert grounded("", [], 0.5) is None

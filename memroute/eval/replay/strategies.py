@@ -263,6 +263,8 @@ class ShadowRecorder:
                 "confidences": [r.decision.confidences[0] for r in results],
                 "f1": [best_f1(r.answer, req.references) for r in results],
                 "eff_cost": [r.eff_cost for r in results],
+                # router.grounding's verdict on each tier's answer (None: not checked)
+                "grounded": [r.calls[0].grounded if r.calls else None for r in results],
                 "features": [answer_features(r.reply, r.decision.memories, req.query)
                              for r in results],
             })
