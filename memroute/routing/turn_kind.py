@@ -13,16 +13,18 @@ import re
 # Openings that ask even without a question mark ("Remind me of my locker code.").
 ASKING_OPENINGS = frozenset("""what when where who whom whose which why how do does did is are
     was were am can could would should will shall may might have has had tell remind list give
-    show explain describe help recommend suggest find name summarize summarise any""".split())
+    show explain describe help recommend suggest find name summarize summarise any
+    compute calculate convert add count multiply subtract divide""".split())
 _WORD = re.compile(r"[a-z']+")
 
 
 def asks_something(text: str) -> bool:
     """True for a question or a request (a question mark, or an asking opening word in any of
-    its sentences); False for a turn that only states."""
+    its sentences or after a colon: "One more thing: compute 41 squared."); False for a turn
+    that only states."""
     if "?" in text:
         return True
-    for sentence in re.split(r"[.!\n;]+", text.lower()):
+    for sentence in re.split(r"[.!\n;:]+", text.lower()):
         first = _WORD.search(sentence)
         if first and first.group() in ASKING_OPENINGS:
             return True

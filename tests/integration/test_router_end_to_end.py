@@ -10,6 +10,7 @@ from memroute.config import MemoryConfig, RetrievalConfig, RouterConfig
 from memroute.eval.benchmark import ingest
 from memroute.datasets.locomo import load_locomo
 from memroute.datasets.generate.synthetic import generate, write_json
+from memroute.routing.grounding import grounded, sources
 from memroute.routing.prompt import build_messages
 from memroute.routing.router import RouteRequest, Router, Tier
 
@@ -86,7 +87,9 @@ def test_tau_one_escalates_every_time_and_tau_zero_never(world, tiny_hf):
     always = make_router(tiny_hf, retriever, tau=1.0, store_answers=False).route_many(reqs)
     assert all(r.decision.answered_tier == 1 and r.decision.escalated and len(r.calls) == 2 for r in always)
     assert all(r.calls[0].confidence < 1.0 for r in always)
-    never = make_router(tiny_hf, retriever, tau=0.0, store_answers=False).route_many(reqs)
+    # the confidence rule alone: grounding would still refuse an answer read from nowhere
+    never = make_router(tiny_hf, retriever, tau=0.0, store_answers=False,
+                        grounding="off").route_many(reqs)
     assert all(r.decision.answered_tier == 0 and len(r.calls) == 1 for r in never)
 
 
@@ -105,3 +108,18 @@ def test_answers_are_stored_as_memories_of_that_user(world, tiny_hf):
     hits = retriever.retrieve(user, "what is my locker code?")
     assert any("QX-9913" in h.memory.text for h in hits)
     assert not any("QX-9913" in h.memory.text for h in retriever.retrieve(other, "what is my locker code?"))
+
+
+def test_a_real_models_answer_is_kept_only_when_its_memories_hold_it(world, tiny_hf):
+    # tau 0: every answer is confident enough, so grounding alone decides which are kept
+    conversations, _, retriever, _ = world
+    conv = conversations[1]
+    reqs = [RouteRequest(conv.sample_id, qa.question) for qa in conv.qa[:4]]
+    results = make_router(tiny_hf, retriever, tau=0.0, store_answers=False).route_many(reqs)
+    assert any(r.calls[0].grounded is not None for r in results)  # the questions were checked
+    for r in results:
+        probe = r.calls[0]
+        assert (r.decision.answered_tier == 0) == (probe.grounded is not False)
+        if r.decision.answered_tier == 0 and probe.grounded:  # the rule's verdict on what it saw
+            texts = sources(r.decision.memories, {tiny_hf.model_id})
+            assert grounded(r.answer, texts, 0.5)

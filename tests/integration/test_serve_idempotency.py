@@ -161,7 +161,7 @@ def _prices():
 
 def test_the_same_trace_gives_the_same_tiers_in_process_and_over_http(app, tmp_path, encoder):
     from memroute import build
-    from memroute.config.schema import MemoryConfig, RetrievalConfig, RouterConfig
+    from memroute.config.schema import MemoryConfig, RetrievalConfig
     from memroute.eval.replay.driver import Checkpoint, replay_strategy
     from memroute.eval.replay.http_target import replay_http
     from memroute.eval.replay.strategies import STRATEGIES, StrategyParts
@@ -175,7 +175,7 @@ def test_the_same_trace_gives_the_same_tiers_in_process_and_over_http(app, tmp_p
                           None, enc=encoder)
     try:
         tiers = build.tiers([cfg.cascade["0"], cfg.cascade["1"]], None)
-        parts = StrategyParts(tiers, _prices(), RouterConfig(tau=0.5, max_tokens=24), RetrievalConfig(),
+        parts = StrategyParts(tiers, _prices(), cfg.router, RetrievalConfig(),
                               memory.retriever)
         rows = replay_strategy(STRATEGIES.get("memroute")("memroute", parts), trace,
                                Checkpoint(tmp_path / "inproc.jsonl"), concurrency=4)

@@ -87,6 +87,8 @@ def test_statements_are_judged_by_the_confidence_not_the_calibrator(tmp_path, mo
     ("My locker code is 4417.", False), ("I moved to Lisbon last week.", False),
     ("What is my locker code?", True), ("Remind me of my locker code.", True),
     ("Thanks. Where did I park", True), ("I switched gyms; it's now FitHub.", False),
+    ("Convert 5 days to hours.", True), ("One more thing: compute 41 to the power of 2. Thanks!", True),
+    ("Note: my gym is FitHub now.", False),
 ])
 def test_asks_something(text, asks):
     from memroute.routing.turn_kind import asks_something

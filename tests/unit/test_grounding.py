@@ -142,6 +142,12 @@ def test_the_large_tiers_stored_answer_lets_the_small_one_answer_the_repeat():
     assert router3.route("alice", "what is 5 % of 840?", session_time=MAY_8 + 60).decision.answered_tier == 1
 
 
+def test_a_request_without_a_question_mark_is_gated_too():
+    router, _, _ = make("7056")
+    res = router.route("alice", "One more thing: compute 84 to the power of 2. Thanks!")
+    assert res.decision.answered_tier == 1 and res.calls[0].grounded is False
+
+
 def test_a_statement_is_not_gated():
     router, _, large = make("Got it, 8 June then.", memories=[APPOINTMENT])
     res = router.route("alice", "My dentist moved the appointment to 8 June 2024.", session_time=MAY_8)
