@@ -17,8 +17,8 @@ its words. Trusted sources:
 - the facts block and the client's own turns (history, tool results).
 
 Not the memory's date label, and not the question itself: an echo of the question's numbers is
-not an answer. An answer with no kept word ("Yes.") is not judged here. Pure string work: a
-few microseconds per answer, no model call.
+not an answer. An answer with no kept word ("Yes.") is not judged here. Pure string work, no
+model call: about 0.2 ms per answer against five memories.
 """
 
 from __future__ import annotations
