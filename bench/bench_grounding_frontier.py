@@ -7,7 +7,8 @@ small tier's answer when ``confidence >= tau`` (and, with grounding, when the ve
 False) gives, per tau, the share of questions the small tier keeps and the share of those it gets
 wrong (F1 < 0.5): the confidently-wrong rate issue 27 asks about. No model is called.
 
-    .venv/bin/python bench/bench_grounding_frontier.py .memroute/replays/<run>/shadow.jsonl [--plot f.png]
+    .venv/bin/python bench/bench_grounding_frontier.py .memroute/replays/<run>/shadow.jsonl \
+        --plot frontier.png
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 TAUS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98)
 
 
-def frontier(rows: list[dict], gate: bool, correct_f1: float = 0.5) -> list[tuple[float, float, float]]:
+def frontier(rows: list[dict], gate: bool,
+             correct_f1: float = 0.5) -> list[tuple[float, float, float]]:
     """(tau, small share %, wrong of accepted %) per tau."""
     out = []
     for tau in TAUS:
@@ -35,18 +37,22 @@ def main() -> None:
     ap.add_argument("shadow", type=Path)
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
-    rows = [json.loads(line) for line in args.shadow.read_text().splitlines() if line.strip()]
+    lines = args.shadow.read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
     if not rows or "grounded" not in rows[0]:
-        raise SystemExit(f"{args.shadow}: no grounding verdicts (replay with router.grounding=memory)")
+        raise SystemExit(f"{args.shadow}: no grounding verdicts "
+                         "(replay with router.grounding=memory)")
     right = sum(r["f1"][0] >= 0.5 for r in rows)
     verdicts = [(r["grounded"][0], r["f1"][0] >= 0.5) for r in rows]
-    print(f"{len(rows)} questions; the small tier alone is right on {100 * right / len(rows):.1f} %")
+    print(f"{len(rows)} questions; the small tier alone is right on "
+          f"{100 * right / len(rows):.1f} %")
     for v in (True, False, None):
         n = sum(g is v for g, _ in verdicts)
         ok = sum(g is v and good for g, good in verdicts)
         print(f"  grounded={v}: {n} answers, {ok} right")
     curves = {gate: frontier(rows, gate) for gate in (False, True)}
-    print("\n| tau | small % (confidence) | wrong of accepted % | small % (+ grounding) | wrong of accepted % |")
+    print("\n| tau | small % (confidence) | wrong of accepted % "
+          "| small % (+ grounding) | wrong of accepted % |")
     print("|---|---|---|---|---|")
     for (tau, s0, w0), (_, s1, w1) in zip(curves[False], curves[True]):
         print(f"| {tau} | {s0:.1f} | {w0:.1f} | {s1:.1f} | {w1:.1f} |")
@@ -58,7 +64,8 @@ def main() -> None:
 
         fig, ax = plt.subplots(figsize=(5, 4))
         for gate, label in ((False, "log-prob confidence"), (True, "+ grounding")):
-            ax.plot([s for _, s, _ in curves[gate]], [w for _, _, w in curves[gate]], "o-", label=label)
+            points = curves[gate]
+            ax.plot([s for _, s, _ in points], [w for _, _, w in points], "o-", label=label)
         ax.axhline(5, color="grey", ls=":", lw=1)
         ax.axvline(60, color="grey", ls=":", lw=1)
         ax.set_xlabel("questions the small tier keeps (%)")

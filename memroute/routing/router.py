@@ -115,8 +115,10 @@ class Router:
                                   f"{self.threshold}", field="router.calibrator_threshold")
         check_probe_decoding(cfg.probe_decoding)
         if cfg.grounding not in GROUNDING_MODES:
+            bare = cfg.grounding == "False"  # YAML's bare off
+            yaml = ' (in YAML a bare off is the boolean false: write "off")' * bare
             raise ConfigError(f"router.grounding must be one of {', '.join(GROUNDING_MODES)}, got "
-                              f"{cfg.grounding!r}", field="router.grounding")
+                              f"{cfg.grounding!r}{yaml}", field="router.grounding")
         if not 0.0 <= cfg.grounding_share <= 1.0:
             raise ConfigError(f"router.grounding_share must be in [0, 1], got "
                               f"{cfg.grounding_share}", field="router.grounding_share")

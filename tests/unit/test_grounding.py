@@ -1,4 +1,4 @@
-"""router.grounding: a lower tier's answer must be read from a trusted source, not only sound sure."""
+"""router.grounding: a lower tier's answer must be read from a trusted source, not sound sure."""
 
 import pytest
 
@@ -153,7 +153,8 @@ def test_a_request_without_a_question_mark_is_gated_too():
 
 def test_a_statement_is_not_gated():
     router, _, large = make("Got it, 8 June then.", memories=[APPOINTMENT])
-    res = router.route("alice", "My dentist moved the appointment to 8 June 2024.", session_time=MAY_8)
+    res = router.route("alice", "My dentist moved the appointment to 8 June 2024.",
+                       session_time=MAY_8)
     assert res.decision.answered_tier == 0 and res.calls[0].grounded is None
     assert not large.prompts
 
@@ -181,10 +182,21 @@ def test_the_response_and_the_replay_row_say_the_gate_refused():
     router, _, _ = make("1 March 2024", memories=[APPOINTMENT])
     res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
     report = memroute_report(res)
-    assert [(c["accepted"], c["grounded"]) for c in report["calls"]] == [(False, False), (True, True)]
+    verdicts = [(c["accepted"], c["grounded"]) for c in report["calls"]]
+    assert verdicts == [(False, False), (True, True)]
     prices = [TierPrice(0.5, 8.0), TierPrice(8.0, 235.0)]
     assert from_route_result(res, prices, [0, 1]).ungrounded
     assert from_memroute_report(res.answer, report, prices).ungrounded
     router, _, _ = make("8 May 2024", memories=[APPOINTMENT])
     res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
     assert not from_route_result(res, prices, [0, 1]).ungrounded
+
+
+def test_a_bare_yaml_off_gets_told_to_quote_it():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RouterConfig),
+                                              OmegaConf.create("grounding: off")))
+    with pytest.raises(ConfigError, match='write "off"'):
+        Router([Tier("small", FakeBackend("small"), Pricing(0.5))], cfg, RetrievalConfig(),
+               FakeRetriever())
