@@ -369,7 +369,10 @@ def test_concurrent_clients_all_succeed_and_each_turn_is_stored_once(app_url):
 def test_streaming_returns_the_same_text_and_report(app_url):
     c = client(app_url)
     question = "Name one colour of the rainbow."
-    # Two fresh users with no memories: both prompts are identical, decoding is greedy.
+    # Fresh users with no memories: the prompts are identical, decoding is greedy. A first ask
+    # warms every tier's prefix cache (grounding escalates the answer no memory holds), so the
+    # two compared calls find the same cached prefix.
+    ask(c, "stream-warm", question)
     plain = ask(c, "stream-plain", question)
     chunks = list(
         ask(c, "stream-sse", question, stream=True, stream_options={"include_usage": True})
