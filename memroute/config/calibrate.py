@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from memroute.errors import ConfigError
@@ -24,6 +24,17 @@ class CalibrateConfig:
     correct_f1: float = 0.5
     l2: float = 1.0
     calibrator_out: Optional[str] = None
+    # Whether the policies are judged with router.grounding's refusals applied, as the router
+    # serves with grounding on: "auto" (as the replay ran: on when its shadow rows carry
+    # grounding's verdicts), "memory" or "off".
+    grounding: str = "auto"
+    # More replay runs (under output_dir) whose shadow samples all join the fit half: their
+    # users are other people (each run's user ids are kept apart); the held-out users stay the
+    # held-out half of run_id's.
+    fit_runs: list[str] = field(default_factory=list)
+
+
+GROUNDING_CHOICES = ("auto", "memory", "off")
 
 
 def check_calibrate_config(cfg: CalibrateConfig) -> CalibrateConfig:
@@ -41,4 +52,9 @@ def check_calibrate_config(cfg: CalibrateConfig) -> CalibrateConfig:
         raise ConfigError(f"correct_f1 must be in (0, 1], got {cfg.correct_f1}", field="correct_f1")
     if cfg.l2 < 0:
         raise ConfigError(f"l2 must be >= 0, got {cfg.l2}", field="l2")
+    if cfg.grounding not in GROUNDING_CHOICES:
+        hint = (' (a bare YAML off is the boolean false: write "off")'
+                if cfg.grounding == "False" else "")
+        raise ConfigError(f"grounding must be one of {', '.join(GROUNDING_CHOICES)}, got "
+                          f"{cfg.grounding!r}{hint}", field="grounding")
     return cfg

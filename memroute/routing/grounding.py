@@ -13,7 +13,9 @@ its words. Trusted sources:
 - the user's own turn of each injected memory;
 - the assistant turn of a memory that a *stronger* tier (or no tier: an ingested history)
   produced. A tier's own past answers, and those of tiers cheaper than it, are not evidence:
-  they are what a wrong answer would have left;
+  they are what a wrong answer would have left. A stronger tier's answer is evidence only for a
+  question on its subject (one shared subject word): "5106", the answer to "What is 63 x 82?",
+  does not ground "5106" as a renovation budget;
 - the facts block and the client's own turns (history, tool results).
 
 Not the memory's date label, and not the question itself: an echo of the question's numbers is
@@ -23,10 +25,12 @@ model call: about 0.2 ms per answer against five memories.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterable, Sequence
 
 from memroute.memory.supersession import split_memory_text
+from memroute.routing.turn_kind import ASKING_OPENINGS
 from memroute.text.tokenize import unigrams
 from memroute.types import Message, RetrievalHit
 
@@ -34,17 +38,36 @@ GROUNDING_MODES = ("off", "memory")
 
 
 def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
-            extra: Iterable[str] = ()) -> list[str]:
+            extra: Iterable[str] = (), question: str | None = None) -> list[str]:
     """The texts an answer may be read from: each memory's user turn, its assistant turn unless
-    one of ``untrusted_models`` wrote it, then ``extra`` (facts block, client turns)."""
+    one of ``untrusted_models`` wrote it (or, given ``question``, a model wrote it for a question
+    on another subject), then ``extra`` (facts block, client turns)."""
     out: list[str] = []
+    subject = None if question is None else subject_words(question)
     for h in hits:
-        question, answer = split_memory_text(h.memory.text)
-        out.append(question)
-        if answer and h.memory.source_model not in untrusted_models:
+        asked, answer = split_memory_text(h.memory.text)
+        out.append(asked)
+        if not answer or h.memory.source_model in untrusted_models:
+            continue
+        if subject is None or not h.memory.source_model or subject & subject_words(asked):
             out.append(answer)
     out.extend(t for t in extra if t)
     return out
+
+
+# Words any question may share with another without being about the same thing.
+_ASKING_WORDS = " ".join(ASKING_OPENINGS) + " again remember know need much many please thing"
+
+
+@functools.cache
+def _asking() -> frozenset[str]:
+    return frozenset(unigrams(_ASKING_WORDS, stem=True))  # stemmed once, on first use
+
+
+def subject_words(text: str) -> frozenset[str]:
+    """What a question is about: its kept words, stemmed ("renovation" and "renovating"), and
+    its numbers, less the asking words ("what", "tell", "remind", "compute")."""
+    return frozenset(unigrams(text, stem=True)) - _asking()
 
 
 def client_texts(history: Sequence[Message], tail: Sequence[Message]) -> list[str]:

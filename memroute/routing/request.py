@@ -1,14 +1,16 @@
-"""What the Router is asked (:class:`RouteRequest`) and what it climbs (:class:`Tier`): kept
-apart from :mod:`memroute.routing.router` so the live-stream module can name them too."""
+"""What the Router is asked (:class:`RouteRequest`), what it climbs (:class:`Tier`) and what it
+remembers of an answered request (:func:`turn_pair_of`): kept apart from
+:mod:`memroute.routing.router` so the live-stream module can name them too."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from memroute.accounting.cost import Pricing
 from memroute.llm.base import Backend
 from memroute.llm.options import GenerationOptions
-from memroute.types import Message
+from memroute.types import Message, RouteResult, TurnPair, stable_id
 
 
 @dataclass
@@ -44,3 +46,23 @@ class RouteRequest:
     tier: int | None = None
     tau: float | None = None
     stream: bool = False  # the client streams: the tier that answers for sure streams its tokens
+
+
+def turn_pair_of(req: RouteRequest, res: RouteResult) -> TurnPair:
+    """The turn-pair an answered request leaves in memory: the question, the answer and the
+    model that wrote it (what grounding trusts or not)."""
+    now = time.time()
+    session_time = req.session_time if req.session_time is not None else int(now)
+    session_id = req.session_id or "live"
+    # Without a caller-given turn index, derive one that is unique per answered request.
+    turn = req.turn_index if req.turn_index is not None else stable_id(req.query, time.time_ns())
+    return TurnPair(
+        user_id=req.user_id,
+        session_id=session_id,
+        turn_index=turn,
+        user_text=req.query,
+        assistant_text=res.answer,
+        session_time=session_time,
+        source_model=res.decision.answered_model,
+        created_at=now,
+    )

@@ -23,27 +23,26 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from memroute.config import RetrievalConfig, RouterConfig
-from memroute.errors import ConfigError, InvalidRequest
+from memroute.errors import InvalidRequest
 from memroute.memory.facts.types import Fact
-from memroute.retrieval.followup import FOLLOWUP_MODES, retrieval_query
+from memroute.retrieval.followup import retrieval_query
 from memroute.routing.calibrator import Calibrator
-from memroute.routing.calibrator import load as load_calibrator
 from memroute.routing.turn_kind import asks_something
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import (
     Decoding,
-    check_probe_decoding,
     count_prompt,
     decoding_for,
     generate_grouped,
 )
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
-from memroute.routing.grounding import GROUNDING_MODES, client_texts, grounded, sources
+from memroute.routing.grounding import client_texts, grounded, sources
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.live import LiveHooks, live_result, streams
 from memroute.routing.members import Pending, Prompt
-from memroute.routing.request import RouteRequest, Tier
+from memroute.routing.request import RouteRequest, Tier, turn_pair_of
+from memroute.routing.router_settings import calibrator_for, check_router_settings
 from memroute.routing.prompt import (build_messages, history_within, memory_layout,
                                      select_within_budget)
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
@@ -55,7 +54,6 @@ from memroute.types import (
     RouteDecision,
     RouteResult,
     TurnPair,
-    stable_id,
     validate_user_id,
 )
 
@@ -100,31 +98,9 @@ class Router:
             raise InvalidRequest("the cascade needs at least one model", field="cascade")
         if cfg.use_memory and retriever is None:
             raise InvalidRequest("router.use_memory is on but no retriever was given", field="router.use_memory")
-        if not 0.0 <= cfg.tau <= 1.0:
-            raise InvalidRequest(f"router.tau must be in [0, 1], got {cfg.tau}", field="router.tau")
+        check_router_settings(cfg, retrieval)
         self.confidence_fn = CONFIDENCE.get(cfg.confidence, field="router.confidence")
-        if calibrator is None and cfg.calibrator:
-            calibrator = load_calibrator(cfg.calibrator)
-        self.calibrator = calibrator
-        self.threshold = cfg.tau
-        if calibrator is not None:
-            self.threshold = (calibrator.threshold if cfg.calibrator_threshold is None
-                              else cfg.calibrator_threshold)
-            if not 0.0 <= self.threshold <= 1.0:
-                raise ConfigError(f"router.calibrator_threshold must be in [0, 1], got "
-                                  f"{self.threshold}", field="router.calibrator_threshold")
-        check_probe_decoding(cfg.probe_decoding)
-        if cfg.grounding not in GROUNDING_MODES:
-            bare = cfg.grounding == "False"  # YAML's bare off
-            yaml = ' (in YAML a bare off is the boolean false: write "off")' * bare
-            raise ConfigError(f"router.grounding must be one of {', '.join(GROUNDING_MODES)}, got "
-                              f"{cfg.grounding!r}{yaml}", field="router.grounding")
-        if not 0.0 <= cfg.grounding_share <= 1.0:
-            raise ConfigError(f"router.grounding_share must be in [0, 1], got "
-                              f"{cfg.grounding_share}", field="router.grounding_share")
-        if retrieval.followup not in FOLLOWUP_MODES:
-            raise ConfigError(f"retrieval.followup must be one of {', '.join(FOLLOWUP_MODES)}, got "
-                              f"{retrieval.followup!r}", field="retrieval.followup")
+        self.calibrator, self.threshold = calibrator_for(cfg, calibrator)
         # Routing off = a single model answers everything.
         self.tiers = list(tiers) if cfg.use_routing else [tiers[0]]
         self.cfg = cfg
@@ -187,7 +163,7 @@ class Router:
             # A tool-call turn is not an answer yet: the loop's last step stores the question
             # with the final answer.
             answered = [i for i in done if requests[i].store and not done[i].tool_calls]
-            pairs = steps.each(lambda i: self._turn_pair(requests[i], done[i]), answered)
+            pairs = steps.each(lambda i: turn_pair_of(requests[i], done[i]), answered)
             answered, pairs = keep(answered, pairs, out, _identity)
             by_index = dict(zip(answered, pairs))  # built once: a retried write has the same ids
             written = steps.batch(lambda ix: self._remember([by_index[i] for i in ix]), answered)
@@ -367,7 +343,7 @@ class Router:
                 tau = self.cfg.statement_tau if tau is None else tau
         else:  # P(correct) from the answer's features (memroute.routing.confidence_features)
             c = self.calibrator.predict(answer_features(reply, prompt.memories, p.query))
-        g = self._grounded(t, prompt, reply)
+        g = self._grounded(t, prompt, reply, p.query)
         accepted = last or (c >= (self.threshold if tau is None else tau) and g is not False)
         p.confidences.append(c)
         p.calls.append(
@@ -394,11 +370,11 @@ class Router:
             return None
         return _result(reply, self._decision(t, backend.model_id, p, prompt), p, prompt)
 
-    def _grounded(self, t: int, prompt: Prompt, reply: ModelReply) -> bool | None:
+    def _grounded(self, t: int, prompt: Prompt, reply: ModelReply, query: str) -> bool | None:
         """Whether tier ``t``'s answer was read from a trusted source; None: not checked."""
         if prompt.evidence is None:
             return None
-        texts = sources(prompt.memories, self.untrusted[t], prompt.evidence)
+        texts = sources(prompt.memories, self.untrusted[t], prompt.evidence, query)
         return grounded(reply.text, texts, self.cfg.grounding_share)
 
     # -- streaming: memroute.routing.live -----------------------------------------------------
@@ -410,24 +386,7 @@ class Router:
             decision=self._decision(t, tier.backend.model_id, p, prompt),
             judge=lambda reply: self._judge(t, tier, True, None, p, prompt, reply),
             fallback=lambda: self._fallback(p),
-            remember=(lambda res: self._remember([self._turn_pair(req, res)])) if store else None,
-        )
-
-    def _turn_pair(self, req: RouteRequest, res: RouteResult) -> TurnPair:
-        now = time.time()
-        session_time = req.session_time if req.session_time is not None else int(now)
-        session_id = req.session_id or "live"
-        # Without a caller-given turn index, derive one that is unique per answered request.
-        turn = req.turn_index if req.turn_index is not None else stable_id(req.query, time.time_ns())
-        return TurnPair(
-            user_id=req.user_id,
-            session_id=session_id,
-            turn_index=turn,
-            user_text=req.query,
-            assistant_text=res.answer,
-            session_time=session_time,
-            source_model=res.decision.answered_model,
-            created_at=now,
+            remember=(lambda res: self._remember([turn_pair_of(req, res)])) if store else None,
         )
 
 

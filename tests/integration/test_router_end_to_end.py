@@ -117,9 +117,9 @@ def test_a_real_models_answer_is_kept_only_when_its_memories_hold_it(world, tiny
     reqs = [RouteRequest(conv.sample_id, qa.question) for qa in conv.qa[:4]]
     results = make_router(tiny_hf, retriever, tau=0.0, store_answers=False).route_many(reqs)
     assert any(r.calls[0].grounded is not None for r in results)  # the questions were checked
-    for r in results:
+    for req, r in zip(reqs, results):
         probe = r.calls[0]
         assert (r.decision.answered_tier == 0) == (probe.grounded is not False)
         if r.decision.answered_tier == 0 and probe.grounded:  # the rule's verdict on what it saw
-            texts = sources(r.decision.memories, {tiny_hf.model_id})
+            texts = sources(r.decision.memories, {tiny_hf.model_id}, question=req.query)
             assert grounded(r.answer, texts, 0.5)

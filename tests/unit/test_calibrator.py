@@ -280,6 +280,18 @@ def test_the_router_built_from_config_loads_the_artifact_or_fails_naming_it(tmp_
     assert e.value.field == "router.calibrator_threshold"
 
 
+def test_a_calibrator_fitted_with_grounding_is_refused_by_a_router_without_it(tmp_path):
+    # Its threshold was picked with grounding's refusals applied; without them it keeps more
+    # wrong answers than its report says.
+    gated = memory_calibrator()
+    gated.meta["grounding"] = "memory"
+    path = gated.save(tmp_path / "calibrator.json")
+    assert make_router("Rex", -2.5, RouterConfig(calibrator=str(path), grounding="memory"))
+    with pytest.raises(ConfigError, match="grounding=off") as e:
+        make_router("Rex", -2.5, RouterConfig(calibrator=str(path), grounding="off"))
+    assert e.value.field == "router.calibrator"
+
+
 def test_shadow_rows_carry_each_tiers_features_and_confidence_not_p(tmp_path):
     from memroute.config import ModelConfig
     from memroute.datasets.records import TraceRequest

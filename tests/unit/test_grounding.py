@@ -5,7 +5,7 @@ import pytest
 from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import ConfigError
-from memroute.routing.grounding import client_texts, grounded, sources
+from memroute.routing.grounding import client_texts, grounded, sources, subject_words
 from memroute.routing.router import Router, Tier
 from memroute.types import Memory, Message, RetrievalHit, TurnPair
 
@@ -77,6 +77,30 @@ def test_only_a_stronger_tiers_stored_answer_is_evidence():
     assert "what is 5 % of 840?" in texts
 
 
+def test_a_stored_answer_grounds_only_a_question_on_its_subject():
+    # Seed 11's shadow log: "5106", the large tier's answer to "What is 63 x 82?", grounded the
+    # small tier's "5106" as a renovation budget.
+    product = hit("[2 May 2024] Q: What is 63 x 82? / A: 5106", source_model="large")
+    budget = hit("[3 May 2024] Q: What's my renovation budget? / A: 12000 euros",
+                 source_model="large", mid=2)
+    hits = [product, budget]
+    for_budget = sources(hits, {"small"}, question="Remind me what my renovation budget is.")
+    assert grounded("5106", for_budget, 0.5) is False
+    assert grounded("12000 euros", for_budget, 0.5) is True  # shares "renovation", "budget"
+    for_product = sources(hits, {"small"}, question="Compute 63 times 82.")
+    assert grounded("5106", for_product, 0.5) is True  # the numbers are its subject
+    assert grounded("12000 euros", for_product, 0.5) is False
+    # an ingested history's turns are statements, not answers to a question: always sources
+    ingested = hit("[1 May 2024] Q: How was the trip? / A: We paid 5106 for the flights.", mid=3)
+    assert grounded("5106", sources([ingested], {"small"}, question="My budget?"), 0.5) is True
+
+
+def test_asking_words_are_no_subject():
+    assert subject_words("Tell me again: what do I need to remember about my car?") == {"car"}
+    assert subject_words("Remind me what my renovation budget is.") == {"renov", "budget"}
+    assert subject_words("How much is 29 multiplied by 43?") >= {"29", "43"}
+
+
 def test_the_clients_turns_and_tool_results_are_sources():
     history = [Message("user", "Book the table for 7 pm.")]
     tail = [Message("tool", '{"confirmation": "QX-4417"}')]
@@ -136,6 +160,15 @@ def test_the_large_tiers_stored_answer_lets_the_small_one_answer_the_repeat():
     again = router.route("alice", "what is 5 % of 840?", session_time=MAY_8 + 60)
     assert again.decision.answered_tier == 0 and again.calls[0].grounded is True
     assert len(large.prompts) == 1
+
+
+def test_the_large_tiers_answer_to_another_question_is_no_evidence():
+    product = TurnPair("alice", "s1", 0, "What is 63 x 82?", "5106", MAY_8, source_model="large")
+    router, _, large = make("5106", memories=[product])
+    res = router.route("alice", "what is my renovation budget?", session_time=MAY_8 + 60)
+    assert res.decision.answered_tier == 1 and res.calls[0].grounded is False
+    res = router.route("alice", "compute 63 times 82", session_time=MAY_8 + 120)
+    assert res.decision.answered_tier == 0 and res.calls[0].grounded is True
 
 
 def test_the_small_tiers_own_stored_answer_is_no_evidence_for_it():

@@ -70,3 +70,81 @@ def test_calibration_run_reports_held_out_users_and_writes_the_override(tmp_path
 def test_no_shadow_log_names_the_run(tmp_path):
     with pytest.raises(ConfigError, match="shadow_share"):
         run_calibration(CalibrateConfig(run_dir=str(tmp_path)))
+
+
+# -- router.grounding's refusals (the replay ran with grounding on) ------------------------------
+
+
+def gated_log(users: int = 20) -> list[ShadowSample]:
+    """The small tier is always confident; it is wrong exactly when no trusted source holds its
+    answer (grounded False), and its unchecked answers (None: "Yes.") are right."""
+    out = []
+    for k in range(users):
+        for j, verdict in enumerate((True, False, None, False)):
+            right = verdict is not False
+            out.append(ShadowSample(f"r{k}-{j}", f"acme:u{k}",
+                                    ("ZX-4471" if right else "1 March 2024", "ZX-4471"),
+                                    (0.97, 0.99), (1.0 if right else 0.0, 1.0), (1.0, 10.0),
+                                    grounded=(verdict, True)))
+    return out
+
+
+def test_grounding_refusals_are_applied_as_the_router_serves():
+    ungated = evaluate(gated_log(), 0.5)
+    assert ungated.small_share == 1.0 and ungated.accepted_wrong == pytest.approx(0.5)
+    gated = evaluate(gated_log(), 0.5, gate=True)
+    assert gated.small_share == pytest.approx(0.5) and gated.accepted_wrong == 0.0
+    assert gated.f1 == 1.0
+    # a refusal never keeps the last tier from answering
+    assert evaluate(gated_log(), 1.01, gate=True).f1 == 1.0
+
+
+def write_rows(run, samples):
+    run.mkdir()
+    with (run / "shadow.jsonl").open("w") as fh:
+        for s in samples:
+            row = {"request_id": s.request_id, "user_id": s.user_id, "answers": list(s.answers),
+                   "confidences": list(s.confidences), "f1": list(s.f1),
+                   "eff_cost": list(s.eff_cost)}
+            if s.grounded is not None:
+                row["grounded"] = list(s.grounded)
+            fh.write(json.dumps(row) + "\n")
+
+
+def test_the_job_judges_with_the_gate_when_the_replay_ran_with_it(tmp_path):
+    write_rows(tmp_path / "run1", gated_log())
+    out = run_calibration(CalibrateConfig(run_dir=str(tmp_path / "run1"), target_share=1.0))
+    assert out["baseline"]["accepted_wrong"] == 0.0 and out["baseline"]["small_share"] == 0.5
+    report = (tmp_path / "run1" / "calibration.md").read_text()
+    assert "refusals: yes" in report and "confidence + grounding" in out["frontier"]
+    off = run_calibration(CalibrateConfig(run_dir=str(tmp_path / "run1"), target_share=1.0,
+                                          grounding="off"))
+    assert off["baseline"]["accepted_wrong"] == pytest.approx(0.5)
+    # a log without verdicts cannot be judged with the gate
+    write_rows(tmp_path / "run2", log())
+    with pytest.raises(ConfigError) as e:
+        run_calibration(CalibrateConfig(run_dir=str(tmp_path / "run2"), grounding="memory"))
+    assert e.value.field == "grounding"
+
+
+@pytest.mark.parametrize("value, hint", [("retrieval", "one of auto"), ("False", 'write "off"')])
+def test_a_bad_grounding_choice_names_the_setting(tmp_path, value, hint):
+    with pytest.raises(ConfigError, match=hint) as e:
+        run_calibration(CalibrateConfig(run_dir=str(tmp_path), grounding=value))
+    assert e.value.field == "grounding"
+
+
+def test_other_runs_join_the_fit_half_only(tmp_path):
+    write_rows(tmp_path / "main", log())
+    write_rows(tmp_path / "other", log(users=6))
+    alone = run_calibration(CalibrateConfig(run_dir=str(tmp_path / "main"), target_share=1.0))
+    both = run_calibration(CalibrateConfig(run_dir=str(tmp_path / "main"), target_share=1.0,
+                                           output_dir=str(tmp_path), fit_runs=["other"]))
+    # the same user ids in the other run are other people: all 30 of their samples join the fit
+    assert both["fit"]["n"] == alone["fit"]["n"] + 30
+    assert both["held"]["n"] == alone["held"]["n"]
+    assert "1 more run in the fit half" in (tmp_path / "main" / "calibration.md").read_text()
+    with pytest.raises(ConfigError) as e:
+        run_calibration(CalibrateConfig(run_dir=str(tmp_path / "main"), output_dir=str(tmp_path),
+                                        fit_runs=["missing"]))
+    assert e.value.field == "fit_runs"

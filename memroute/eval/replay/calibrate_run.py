@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import polars as pl
@@ -35,6 +35,7 @@ from memroute.eval.replay.calibrate import (
     lower_tier_outcomes,
     pick_tau,
     split_users,
+    was_gated,
 )
 from memroute.eval.plots import frontier_plot
 from memroute.eval.report import to_markdown
@@ -60,11 +61,13 @@ def load_samples(run_dir: Path) -> list[ShadowSample]:
 
 
 def sample_of(r: dict) -> ShadowSample:
-    """One shadow row; rows from before the features were recorded have none (tau still works)."""
-    feats = r.get("features")
+    """One shadow row; rows from before the features (or grounding's verdicts) were recorded have
+    none (tau still works)."""
+    feats, verdicts = r.get("features"), r.get("grounded")
     return ShadowSample(r["request_id"], r["user_id"], tuple(r["answers"]), tuple(r["confidences"]),
                         tuple(float(f) for f in r["f1"]), tuple(r["eff_cost"]),
-                        tuple(dict(f) for f in feats) if feats else None)
+                        tuple(dict(f) for f in feats) if feats else None,
+                        tuple(verdicts) if verdicts else None)
 
 
 def run_dir_of(cfg: CalibrateConfig) -> Path:
@@ -75,6 +78,27 @@ def run_dir_of(cfg: CalibrateConfig) -> Path:
     return path
 
 
+def other_runs_samples(cfg: CalibrateConfig) -> list[ShadowSample]:
+    """The shadow samples of ``fit_runs``, each user id prefixed by its run: other people."""
+    out = []
+    for run in cfg.fit_runs:
+        path = Path(cfg.output_dir) / str(run)
+        if not path.is_dir():
+            raise ConfigError(f"fit_runs: no replay run folder at {path}", field="fit_runs")
+        out += [replace(s, user_id=f"{run}/{s.user_id}") for s in load_samples(path)]
+    return out
+
+
+def gate_of(cfg: CalibrateConfig, samples: list[ShadowSample]) -> bool:
+    """Whether the policies are judged with grounding's refusals (``cfg.grounding``)."""
+    if cfg.grounding == "auto":
+        return was_gated(samples)
+    if cfg.grounding == "memory" and not was_gated(samples):
+        raise ConfigError("grounding=memory, but these shadow rows carry no grounding verdicts: "
+                          "replay with router.grounding=memory", field="grounding")
+    return cfg.grounding == "memory"
+
+
 def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
     check_calibrate_config(cfg)
     run_dir = run_dir_of(cfg)
@@ -83,14 +107,19 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
     if not fit or not held:
         raise ConfigError(f"{len(samples)} shadow samples from too few users to hold half out; "
                           "replay more users or a larger shadow_share", field="run_id")
+    fit += other_runs_samples(cfg)
+    gate = gate_of(cfg, samples)
+    gated = " + grounding" if gate else ""
     target_kw = {"target_f1": cfg.target_f1, "target_share": cfg.target_share}
-    chosen = pick_tau(fit, **target_kw)
-    base = evaluate(held, cfg.baseline_tau, correct_f1=cfg.correct_f1)
-    tuned = evaluate(held, chosen.tau, correct_f1=cfg.correct_f1)
+    chosen = pick_tau(fit, **target_kw, gate=gate)
+    base = evaluate(held, cfg.baseline_tau, correct_f1=cfg.correct_f1, gate=gate)
+    tuned = evaluate(held, chosen.tau, correct_f1=cfg.correct_f1, gate=gate)
     rows = [
-        {"users": "fit", "policy": f"confidence tau={chosen.tau}", **_cols(chosen)},
-        {"users": "held out", "policy": f"confidence tau={cfg.baseline_tau} (baseline)", **_cols(base)},
-        {"users": "held out", "policy": f"confidence tau={chosen.tau} (calibrated)", **_cols(tuned)},
+        {"users": "fit", "policy": f"confidence tau={chosen.tau}{gated}", **_cols(chosen)},
+        {"users": "held out", "policy": f"confidence tau={cfg.baseline_tau}{gated} (baseline)",
+         **_cols(base)},
+        {"users": "held out", "policy": f"confidence tau={chosen.tau}{gated} (calibrated)",
+         **_cols(tuned)},
     ]
     p, y = lower_tier_outcomes(held, [s.confidences for s in held], cfg.correct_f1)
     score_rows = [{"score": "confidence (router.confidence)", **_score_cols(p, y)}]
@@ -98,24 +127,29 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
                               "baseline": asdict(base)}
     artifact = None
     if has_features(fit) and has_features(held):
-        model, fitted = fit_calibrator(fit, correct_f1=cfg.correct_f1, l2=cfg.l2, **target_kw)
+        model, fitted = fit_calibrator(fit, correct_f1=cfg.correct_f1, l2=cfg.l2, gate=gate,
+                                       **target_kw)
         held_scores = calibrated_scores(held, model)
-        routed = evaluate(held, model.threshold, held_scores, cfg.correct_f1)
-        rows += [{"users": "fit", "policy": f"calibrator p>={model.threshold:.3f}", **_cols(fitted)},
-                 {"users": "held out", "policy": f"calibrator p>={model.threshold:.3f}",
-                  **_cols(routed)}]
+        routed = evaluate(held, model.threshold, held_scores, cfg.correct_f1, gate=gate)
+        policy = f"calibrator p>={model.threshold:.3f}{gated}"
+        rows += [{"users": "fit", "policy": policy, **_cols(fitted)},
+                 {"users": "held out", "policy": policy, **_cols(routed)}]
         p, y = lower_tier_outcomes(held, held_scores, cfg.correct_f1)
         score_rows.append({"score": "calibrator P(correct)", **_score_cols(p, y)})
         artifact = Path(cfg.calibrator_out) if cfg.calibrator_out else run_dir / CALIBRATOR
-        model.meta.update({"run": run_dir.name, "fit_samples": len(fit),
+        model.meta.update({"run": run_dir.name, "fit_runs": list(cfg.fit_runs),
+                           "fit_samples": len(fit), "grounding": "memory" if gate else "off",
                            "held_out": {"ece": score_rows[-1]["ECE"],
                                         "auroc": score_rows[-1]["AUROC"]}})
         model.save(artifact)
         out.update({"calibrator": str(artifact), "threshold": model.threshold,
                     "calibrated": asdict(routed)})
     frontier = {"confidence": _frontier(held, None, cfg.correct_f1)}
+    if gate:
+        frontier["confidence + grounding"] = _frontier(held, None, cfg.correct_f1, gate)
     if artifact is not None:
-        frontier["calibrator P(correct)"] = _frontier(held, held_scores, cfg.correct_f1)
+        frontier[f"calibrator P(correct){gated}"] = _frontier(held, held_scores, cfg.correct_f1,
+                                                              gate)
     frontier_plot(frontier, run_dir / FRONTIER_PNG)
     out["frontier"] = frontier
     rows.append({"users": "held out", "policy": "last tier only",
@@ -125,9 +159,12 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
               else f"F1 >= {cfg.target_share} x the last tier's F1")
     note = (f"calibrator written to {artifact} (router.calibrator={artifact})" if artifact else
             "no calibrator: these shadow rows carry no answer features (replay again to fit one)")
+    n_more = len(cfg.fit_runs)
+    also = f", {n_more} more run{'s' * (n_more > 1)} in the fit half" if n_more else ""
     report = "\n\n".join([
         f"## calibration of {run_dir.name}: {len(samples)} shadow samples ({len(fit)} fit, "
-        f"{len(held)} held out, split by user)",
+        f"{len(held)} held out, split by user{also})",
+        "Policies judged with router.grounding's refusals: " + ("yes" if gate else "no") + ".",
         f"Target: {target} at the lowest EffCost; chosen tau = {chosen.tau}; {note}.",
         to_markdown(pl.DataFrame(rows)),
         "small %: answered by the first tier. wrong of accepted %: answers accepted below the "
@@ -139,10 +176,11 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
         to_markdown(pl.DataFrame(score_rows)),
         "### frontier on the held-out users: small % and wrong of accepted % per threshold "
         f"({FRONTIER_PNG})",
+        "Each cell: small % / wrong of accepted %.",
         to_markdown(pl.DataFrame([
-            {"score": name, "threshold": t, "small %": round(100 * s, 1),
-             "wrong of accepted %": round(100 * w, 1)}
-            for name, points in frontier.items() for t, (s, w) in zip(FRONTIER_TAUS, points)])),
+            {"threshold": t, **{name: f"{100 * points[k][0]:.1f} / {100 * points[k][1]:.1f}"
+                                for name, points in frontier.items()}}
+            for k, t in enumerate(FRONTIER_TAUS)])),
     ])
     (run_dir / "calibration.md").write_text(report + "\n")
     override = f"# python -m jobs.calibrate: {target}\nrouter:\n  tau: {chosen.tau}\n"
@@ -160,12 +198,12 @@ FRONTIER_PNG = "frontier.png"
 FRONTIER_TAUS = tuple(round(0.05 * i, 2) for i in range(21))
 
 
-def _frontier(held: list[ShadowSample], scores: list | None, correct_f1: float
-              ) -> list[tuple[float, float]]:
+def _frontier(held: list[ShadowSample], scores: list | None, correct_f1: float,
+              gate: bool = False) -> list[tuple[float, float]]:
     """(small share, wrong of accepted) at each of FRONTIER_TAUS."""
     out = []
     for tau in FRONTIER_TAUS:
-        r = evaluate(held, tau, scores, correct_f1)
+        r = evaluate(held, tau, scores, correct_f1, gate)
         out.append((r.small_share, r.accepted_wrong))
     return out
 
