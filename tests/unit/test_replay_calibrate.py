@@ -148,3 +148,33 @@ def test_other_runs_join_the_fit_half_only(tmp_path):
         run_calibration(CalibrateConfig(run_dir=str(tmp_path / "main"), output_dir=str(tmp_path),
                                         fit_runs=["missing"]))
     assert e.value.field == "fit_runs"
+
+
+def test_a_confidently_wrong_target_picks_the_cheapest_tau_under_it():
+    none_wrong = pick_tau(log(), target_wrong=0.0)
+    assert none_wrong.tau == 0.55 and none_wrong.accepted_wrong == 0.0
+    # a third wrong allowed: c=0.5 is kept too (one wrong of three), c=0.3 is not
+    third = pick_tau(log(), target_wrong=0.34)
+    assert third.tau == 0.35 and third.accepted_wrong == pytest.approx(1 / 3)
+    assert third.eff_cost < none_wrong.eff_cost
+    with pytest.raises(ConfigError):
+        pick_tau(log(), target_share=0.9, target_wrong=0.1)
+
+
+def test_a_whole_run_can_be_held_out_when_others_are_fitted_on(tmp_path):
+    write_rows(tmp_path / "fresh", log(users=8))
+    write_rows(tmp_path / "other", log())
+    out = run_calibration(CalibrateConfig(run_dir=str(tmp_path / "fresh"), target_wrong=0.0,
+                                          output_dir=str(tmp_path), fit_runs=["other"],
+                                          held_out="all"))
+    assert out["held"]["n"] == 40 and out["fit"]["n"] == 100
+    assert out["tau"] == 0.55 and out["held"]["accepted_wrong"] == 0.0
+    report = (tmp_path / "fresh" / "calibration.md").read_text()
+    assert "all of this run's users held out" in report and "wrong of accepted <= 0.0" in report
+    with pytest.raises(ConfigError) as e:
+        run_calibration(CalibrateConfig(run_dir=str(tmp_path / "fresh"), held_out="all"))
+    assert e.value.field == "held_out"
+    with pytest.raises(ConfigError) as e:
+        run_calibration(CalibrateConfig(run_dir=str(tmp_path / "fresh"), target_f1=0.5,
+                                        target_wrong=0.1))
+    assert e.value.field == "target_wrong"

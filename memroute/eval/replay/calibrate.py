@@ -94,22 +94,32 @@ def evaluate(samples: Sequence[ShadowSample], tau: float,
 
 
 def pick_tau(samples: Sequence[ShadowSample], *, target_f1: float | None = None,
-             target_share: float | None = None, taus: Sequence[float] = DEFAULT_TAUS,
-             scores: Sequence[Sequence[float]] | None = None, gate: bool = False) -> PolicyResult:
+             target_share: float | None = None, target_wrong: float | None = None,
+             taus: Sequence[float] = DEFAULT_TAUS,
+             scores: Sequence[Sequence[float]] | None = None, gate: bool = False,
+             correct_f1: float = CORRECT_F1) -> PolicyResult:
     """The cheapest tau whose F1 reaches ``target_f1``, or ``target_share`` of the F1 the last tier
-    alone gets (tau above every confidence); ties go to the higher F1. If no tau reaches the
-    target, the one with the highest F1. ``scores``, ``gate``: as in :func:`evaluate`."""
-    if (target_f1 is None) == (target_share is None):
-        raise ConfigError("give exactly one of target_f1 and target_share", field="target_share")
-    if target_share is not None:
-        large = sum(s.f1[-1] for s in samples) / max(1, len(samples))
-        target = target_share * large
+    alone gets (tau above every confidence), or whose wrong share of the answers kept below the
+    last tier is at most ``target_wrong`` (the confidently-wrong rate); ties go to the higher F1.
+    If no tau reaches the target, the one closest to it (highest F1, fewest wrong).
+    ``scores``, ``gate``: as in :func:`evaluate`."""
+    if sum(t is not None for t in (target_f1, target_share, target_wrong)) != 1:
+        raise ConfigError("give exactly one of target_f1, target_share and target_wrong",
+                          field="target_share")
+    results = [evaluate(samples, t, scores, correct_f1, gate) for t in taus]
+    if target_wrong is not None:
+        good = [r for r in results if r.accepted_wrong <= target_wrong + 1e-12]
+        closest = min(results, key=lambda r: (r.accepted_wrong, r.eff_cost))
     else:
-        target = float(target_f1)  # type: ignore[arg-type]
-    results = [evaluate(samples, t, scores, gate=gate) for t in taus]
-    good = [r for r in results if r.f1 >= target - 1e-12]
+        if target_share is not None:
+            large = sum(s.f1[-1] for s in samples) / max(1, len(samples))
+            target = target_share * large
+        else:
+            target = float(target_f1)  # type: ignore[arg-type]
+        good = [r for r in results if r.f1 >= target - 1e-12]
+        closest = max(results, key=lambda r: (r.f1, -r.eff_cost))
     if not good:
-        return max(results, key=lambda r: (r.f1, -r.eff_cost))
+        return closest
     return min(good, key=lambda r: (r.eff_cost, -r.f1))
 
 
@@ -151,7 +161,8 @@ def calibrated_scores(samples: Sequence[ShadowSample], model: Calibrator) -> lis
 
 
 def fit_calibrator(samples: Sequence[ShadowSample], *, target_f1: float | None = None,
-                   target_share: float | None = None, correct_f1: float = CORRECT_F1,
+                   target_share: float | None = None, target_wrong: float | None = None,
+                   correct_f1: float = CORRECT_F1,
                    l2: float = 1.0, gate: bool = False) -> tuple[Calibrator, PolicyResult]:
     """A calibrator fitted on the lower tiers' answers of ``samples``, with the threshold on its
     P(correct) that reaches the quality target at the lowest EffCost (:func:`pick_tau` over
@@ -174,6 +185,7 @@ def fit_calibrator(samples: Sequence[ShadowSample], *, target_f1: float | None =
                 meta={"correct_f1": correct_f1})
     scores = calibrated_scores(samples, model)
     chosen = pick_tau(samples, target_f1=target_f1, target_share=target_share,
+                      target_wrong=target_wrong, correct_f1=correct_f1,
                       taus=candidate_thresholds(scores), scores=scores, gate=gate)
     return model.with_threshold(chosen.tau), chosen
 

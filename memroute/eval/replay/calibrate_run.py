@@ -103,15 +103,16 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
     check_calibrate_config(cfg)
     run_dir = run_dir_of(cfg)
     samples = load_samples(run_dir)
-    fit, held = split_users(samples)
-    if not fit or not held:
+    fit, held = split_users(samples) if cfg.held_out == "half" else ([], samples)
+    if cfg.held_out == "half" and (not fit or not held):
         raise ConfigError(f"{len(samples)} shadow samples from too few users to hold half out; "
                           "replay more users or a larger shadow_share", field="run_id")
     fit += other_runs_samples(cfg)
     gate = gate_of(cfg, samples)
     gated = " + grounding" if gate else ""
-    target_kw = {"target_f1": cfg.target_f1, "target_share": cfg.target_share}
-    chosen = pick_tau(fit, **target_kw, gate=gate)
+    target_kw = {"target_f1": cfg.target_f1, "target_share": cfg.target_share,
+                 "target_wrong": cfg.target_wrong}
+    chosen = pick_tau(fit, **target_kw, gate=gate, correct_f1=cfg.correct_f1)
     base = evaluate(held, cfg.baseline_tau, correct_f1=cfg.correct_f1, gate=gate)
     tuned = evaluate(held, chosen.tau, correct_f1=cfg.correct_f1, gate=gate)
     rows = [
@@ -156,14 +157,16 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
                  **_cols(evaluate(held, 1.01, correct_f1=cfg.correct_f1))})
     out["scores"] = score_rows
     target = (f"F1 >= {cfg.target_f1}" if cfg.target_f1 is not None
+              else f"wrong of accepted <= {cfg.target_wrong}" if cfg.target_wrong is not None
               else f"F1 >= {cfg.target_share} x the last tier's F1")
     note = (f"calibrator written to {artifact} (router.calibrator={artifact})" if artifact else
             "no calibrator: these shadow rows carry no answer features (replay again to fit one)")
     n_more = len(cfg.fit_runs)
     also = f", {n_more} more run{'s' * (n_more > 1)} in the fit half" if n_more else ""
+    split = "split by user" if cfg.held_out == "half" else "all of this run's users held out"
     report = "\n\n".join([
         f"## calibration of {run_dir.name}: {len(samples)} shadow samples ({len(fit)} fit, "
-        f"{len(held)} held out, split by user{also})",
+        f"{len(held)} held out, {split}{also})",
         "Policies judged with router.grounding's refusals: " + ("yes" if gate else "no") + ".",
         f"Target: {target} at the lowest EffCost; chosen tau = {chosen.tau}; {note}.",
         to_markdown(pl.DataFrame(rows)),
