@@ -194,7 +194,9 @@ class RouterConfig:
     grounding_share: float = 0.5
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
-    memory_dates: bool = True
+    # memory_dates: auto | all | relative | none; auto drops the labels a question asking a
+    # stated date or time would copy (memroute/routing/memory_view.py); true/false = all/none.
+    memory_dates: str = "auto"
     memory_order: str = "chronological"  # chronological | relevance | newest_first
     current_date: bool = True
     latest_wins: bool = True

@@ -10,9 +10,10 @@ The rule here asks where the answer's words come from. A lower tier's answer to 
 accepted only when one trusted source holds every number of the answer and at least ``share`` of
 its words. Trusted sources:
 
-- the user's own turn of each injected memory;
-- the assistant turn of a memory that a *stronger* tier (or no tier: an ingested history)
-  produced. A tier's own past answers, and those of tiers cheaper than it, are not evidence:
+- the user's own turn of each injected memory; a question in it only for a question on its
+  subject ("24 January 2029: which day of the week is that?" holds no grandmother's birthday);
+- the assistant turn of a memory, as the prompt shows it (``memory_view.shown_reply``), that a
+  *stronger* tier (or no tier: an ingested history) produced. A tier's own past answers, and those of tiers cheaper than it, are not evidence:
   they are what a wrong answer would have left. A stronger tier's answer is evidence only for a
   question on its subject (one shared subject word): "5106", the answer to "What is 63 x 82?",
   does not ground "5106" as a renovation budget;
@@ -29,7 +30,8 @@ import functools
 import re
 from collections.abc import Collection, Iterable, Sequence
 
-from memroute.memory.supersession import split_memory_text
+from memroute.memory.supersession import split_memory_text, statement_part
+from memroute.routing.memory_view import shown_reply
 from memroute.routing.turn_kind import ASKING_OPENINGS
 from memroute.text.tokenize import unigrams
 from memroute.types import Message, RetrievalHit
@@ -39,17 +41,21 @@ GROUNDING_MODES = ("off", "memory")
 
 def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
             extra: Iterable[str] = (), question: str | None = None) -> list[str]:
-    """The texts an answer may be read from: each memory's user turn, its assistant turn unless
-    one of ``untrusted_models`` wrote it (or, given ``question``, a model wrote it for a question
-    on another subject), then ``extra`` (facts block, client turns)."""
+    """The texts an answer may be read from: each memory's user turn (given ``question``, the
+    questions in it only when on its subject), its assistant turn unless one of
+    ``untrusted_models`` wrote it (or, given ``question``, a model wrote it for a question on
+    another subject), then ``extra`` (facts block, client turns)."""
     out: list[str] = []
     subject = None if question is None else subject_words(question)
     for h in hits:
-        asked, answer = split_memory_text(h.memory.text)
-        out.append(asked)
+        asked, answer = split_memory_text(h.memory.text)[0], shown_reply(h.memory)
+        on_subject = subject is None or bool(subject & subject_words(asked))
+        stated = asked if on_subject else statement_part(asked)
+        if stated:
+            out.append(stated)
         if not answer or h.memory.source_model in untrusted_models:
             continue
-        if subject is None or not h.memory.source_model or subject & subject_words(asked):
+        if on_subject or not h.memory.source_model:
             out.append(answer)
     out.extend(t for t in extra if t)
     return out

@@ -15,11 +15,12 @@ leaves (:func:`trim_history`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memroute.config.schema import RouterConfig
 from memroute.errors import ConfigError
-from memroute.memory.supersession import contradicts_itself, split_memory_text
+from memroute.memory.supersession import split_memory_text
+from memroute.routing.memory_view import DATE_MODES, dates_for, shown_reply, shows_date
 from memroute.types import Message, RetrievalHit, chronological_key, format_session_date
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
@@ -36,13 +37,15 @@ POSITIONS = ("system", "before_question")
 @dataclass(frozen=True)
 class MemoryLayout:
     """How the memory block shows time (each switch measured alone in docs/BENCHMARKS.md):
-    ``dates``: each memory keeps its ``[date]``; ``order``: chronological (oldest first, so a
+    ``dates``: which memories keep their ``[date]`` (``all``, ``none``, ``relative``: those with
+    a relative time word, ``auto``: ``relative`` for a question asking a stated date or time,
+    else ``all``; :mod:`memroute.routing.memory_view`; :meth:`for_question` resolves it); ``order``: chronological (oldest first, so a
     change reads after the value it replaces), relevance (retrieval rank) or newest_first (a
     small model leans on what it reads first: the latest statement leads); ``today``: the
     question's date heads the block; ``latest_wins``: one instruction that the newest wins;
     ``position``: where the block goes (module doc)."""
 
-    dates: bool = True
+    dates: str = "auto"
     order: str = "chronological"
     today: bool = False
     latest_wins: bool = False
@@ -57,6 +60,16 @@ class MemoryLayout:
         lines.append(f"{head} {LATEST_WINS}" if self.latest_wins else head)
         return "\n".join(lines)
 
+    def for_question(self, question: str | None) -> MemoryLayout:
+        """This layout with ``dates="auto"`` resolved for ``question``."""
+        return replace(self, dates=dates_for(self.dates, question))
+
+    def line(self, hit: RetrievalHit) -> str:
+        return memory_line(hit, shows_date(self.dates, hit.memory))
+
+
+_BOOL_DATES = {"true": "all", "false": "none"}  # the switch was a bool before "auto"
+
 
 def memory_layout(cfg: RouterConfig) -> MemoryLayout:
     """The layout ``router.memory_*`` / ``current_date`` / ``latest_wins`` ask for (checked)."""
@@ -66,19 +79,23 @@ def memory_layout(cfg: RouterConfig) -> MemoryLayout:
     if cfg.memory_position not in POSITIONS:
         raise ConfigError(f"memory_position must be one of {', '.join(POSITIONS)}, got "
                           f"{cfg.memory_position!r}", field="router.memory_position")
-    return MemoryLayout(dates=cfg.memory_dates, order=cfg.memory_order,
+    dates = _BOOL_DATES.get(str(cfg.memory_dates).lower(), cfg.memory_dates)
+    if dates not in DATE_MODES:
+        raise ConfigError(f"memory_dates must be one of {', '.join(DATE_MODES)}, got "
+                          f"{cfg.memory_dates!r}", field="router.memory_dates")
+    return MemoryLayout(dates=dates, order=cfg.memory_order,
                         today=cfg.current_date, latest_wins=cfg.latest_wins,
                         position=cfg.memory_position)
 
 
 def memory_line(hit: RetrievalHit, dates: bool = True) -> str:
-    """One memory: ``[date] Q: ... / A: ...``; a change statement whose reply contradicts it
-    is shown without the reply (``supersession.contradicts_itself``)."""
+    """One memory: ``[date] Q: ... / A: ...``; a reply the prompt does not show (a change
+    statement's, ``memory_view.shown_reply``) is left out."""
     text = hit.memory.text
     question, answer = split_memory_text(text)
-    if contradicts_itself(question, answer):
-        date = text[: text.index("] ") + 2] if text.startswith("[") and "] " in text else ""
-        return f"- {date if dates else ''}Q: {question}"
+    date = text[: text.index("] ") + 2] if dates and text.startswith("[") and "] " in text else ""
+    if answer and not shown_reply(hit.memory):
+        return f"- {date}Q: {question}"
     return f"- {text}" if dates else f"- Q: {question} / A: {answer}"
 
 
@@ -96,7 +113,7 @@ def select_within_budget(
     chosen: list[RetrievalHit] = []
     used = count_text_tokens(layout.header(now))
     for hit in hits:
-        cost = count_text_tokens(memory_line(hit, layout.dates)) + 1  # +1: the joining newline
+        cost = count_text_tokens(layout.line(hit)) + 1  # +1: the joining newline
         if used + cost <= budget_tokens:
             chosen.append(hit)
             used += cost
@@ -113,7 +130,7 @@ def render_memory_block(hits: Sequence[RetrievalHit], layout: MemoryLayout = Mem
     if layout.order in ("chronological", "newest_first"):
         ordered.sort(key=lambda h: chronological_key(h.memory),
                      reverse=layout.order == "newest_first")
-    return "\n".join([layout.header(now), *(memory_line(h, layout.dates) for h in ordered)])
+    return "\n".join([layout.header(now), *(layout.line(h) for h in ordered)])
 
 
 def build_messages(

@@ -171,6 +171,19 @@ def test_the_large_tiers_answer_to_another_question_is_no_evidence():
     assert res.decision.answered_tier == 0 and res.calls[0].grounded is True
 
 
+def test_a_users_question_on_another_subject_is_no_evidence():
+    # Seed 15: the 0.5B answered "What date is my grandmother's birthday?" with the date of a
+    # weekday question the user had asked; the question held the date, not the birthday.
+    weekday = hit("[3 March 2024] Q: 24 January 2029: which day of the week is that? / A: Wednesday")
+    texts = sources([weekday], (), question="What date is my grandmother's birthday?")
+    assert grounded("24 January 2029", texts, 0.5) is False
+    texts = sources([weekday], (), question="What day of the week is 24 January 2029?")
+    assert grounded("24 January 2029", texts, 0.5) is True
+    said = hit("[3 March 2024] Q: My grandmother's birthday is on 6 December. Any gift ideas?")
+    texts = sources([said], (), question="What is my car budget?")
+    assert grounded("6 December", texts, 0.5) is True    # a statement is evidence on any subject
+
+
 def test_the_small_tiers_own_stored_answer_is_no_evidence_for_it():
     stored = TurnPair("alice", "s1", 0, "what is 5 % of 840?", "420", MAY_8, source_model="small")
     router, _, large = make("420", memories=[stored])

@@ -1,0 +1,79 @@
+"""What of a stored turn-pair a prompt shows: its date label and its reply.
+
+Both are cut where replays showed them misleading the tiers more than informing them
+(docs/BENCHMARKS.md, "Date labels and replies to change statements"):
+
+- **The date label** (``router.memory_dates=auto``). A question that asks for a date or time the
+  user stated ("when is my vet appointment?", "what time does the call start?") is shown its
+  memories without their ``[4 March 2024]`` labels: on fresh replay seeds the 1.5B answered such
+  questions with a label ("4 March 2024" for an appointment moved to 9 April) 11 times in 95.
+  A memory with a relative time word ("yesterday", "next month") keeps its label, which is what
+  turns the word into a date. Every other question (when something *happened*: "when did...",
+  and all non-time questions) keeps every label: LoCoMo's temporal questions are answered by them.
+- **The reply to a change statement.** The user is the authority on their own facts, so a reply
+  is not shown with "From now on the call is at 8:30 am" when it states another value of the same
+  kind (``supersession.contradicts_itself``) or, written by a model, any value the statement does
+  not state: the 1.5B answered that statement with "1 March 2024", a date label, and the 0.5B
+  then copied it into every later answer. A reply not shown is no evidence for grounding either.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memroute.memory.supersession import as_update, contradicts_itself, split_memory_text, values
+from memroute.types import Memory
+
+DATE_MODES = ("auto", "all", "relative", "none")
+
+# "when is", "what date is", "on which day does", "at what time is", "what time does": a date
+# or time asked of a present or coming thing the user stated (not "when did": an event's date).
+_ASKS_STATED_TIME = re.compile(
+    r"\b(?:when|what\s+date|which\s+date|what\s+day|which\s+day|what\s+time)\s+"
+    r"(?:is|are|does|do|will)\b", re.I)
+_WEEKDAY = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+# Words a date label turns into a date ("yesterday" -> 7 May 2023).
+_RELATIVE_TIME = re.compile(
+    rf"\b(?:today|tonight|tomorrow|yesterday|ago|(?:last|next|this|past|coming)\s+"
+    rf"(?:week|weekend|month|year|night|morning|afternoon|evening|{_WEEKDAY}))\b", re.I)
+
+
+def asks_stated_time(question: str) -> bool:
+    """A question asking for a date or time the user stated ("when is my dentist appointment?")."""
+    return bool(_ASKS_STATED_TIME.search(question))
+
+
+def needs_date(memory_text: str) -> bool:
+    """The memory holds a relative time word its date label resolves."""
+    return bool(_RELATIVE_TIME.search(memory_text))
+
+
+def dates_for(mode: str, question: str | None) -> str:
+    """``auto`` resolved for one question: ``relative`` (labels only where a relative time word
+    needs one) for a question asking a stated date or time, else ``all``."""
+    if mode != "auto":
+        return mode
+    return "relative" if question is not None and asks_stated_time(question) else "all"
+
+
+def shows_date(mode: str, memory: Memory) -> bool:
+    """Whether ``memory`` keeps its date label under a resolved mode (``auto`` acts as ``all``)."""
+    return mode in ("all", "auto") or (mode == "relative" and needs_date(memory.text))
+
+
+def _states_other_value(question: str, answer: str) -> bool:
+    update = as_update(question)
+    if update is None:
+        return False
+    new = {v.norm for v in update.values}
+    return any(v.norm not in new for v in values(answer)[0])
+
+
+def shown_reply(memory: Memory) -> str:
+    """The memory's reply as a prompt shows it: empty when it is not shown (module doc)."""
+    question, answer = split_memory_text(memory.text)
+    if not answer or contradicts_itself(question, answer):
+        return ""
+    if memory.source_model and _states_other_value(question, answer):
+        return ""
+    return answer

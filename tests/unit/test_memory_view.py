@@ -1,0 +1,100 @@
+"""What of a stored turn-pair the prompt shows: date labels (router.memory_dates) and replies."""
+
+import pytest
+
+from memroute.config import RouterConfig
+from memroute.errors import ConfigError
+from memroute.routing.memory_view import asks_stated_time, needs_date, shown_reply
+from memroute.routing.prompt import MemoryLayout, build_messages, memory_layout
+from memroute.types import Memory, RetrievalHit, TurnPair
+
+from .test_grounding import MAY_8, make
+
+
+def hit(text, source_model="", mid=1, t=0):
+    return RetrievalHit(Memory(mid, "alice", text, t, source_model=source_model), 1.0)
+
+
+@pytest.mark.parametrize("question, asks", [
+    ("Hey, what date is my vet appointment? Just checking.", True),
+    ("When is my physio appointment? Do you know?", True),
+    ("Quick question: when does my weekly call with my mom start?", True),
+    ("At what time is the school pickup?", True),
+    ("On which day is my dentist appointment?", True),
+    ("When did Caroline go to the LGBTQ support group?", False),   # when it happened: labels
+    ("What is my insurance claim number?", False),
+    ("10 January 1986: which day of the week is that?", False),
+])
+def test_a_question_asking_a_stated_date_or_time(question, asks):
+    assert asks_stated_time(question) is asks
+
+
+def test_a_relative_time_word_needs_the_label():
+    assert needs_date("[8 May 2023] Q: I went to a support group yesterday / A: Great!")
+    assert needs_date("[8 May 2023] Q: We're going camping next month / A: Fun")
+    assert not needs_date("[4 March 2024] Q: I booked my vet appointment for 15 March 2024. / A: Ok")
+
+
+VET = hit("[4 March 2024] Q: I rescheduled the vet appointment to 9 April 2024. / A: Got it.",
+          mid=1, t=1709563697)
+CLAIM = hit("[4 March 2024] Q: My insurance claim number is NZ-9217. / A: NZ-9217",
+            mid=2, t=1709565706)
+GYM = hit("[3 March 2024] Q: I joined the gym yesterday / A: Nice!", mid=3, t=1709480248)
+
+
+def block(question, dates="auto"):
+    layout = MemoryLayout(dates=dates).for_question(question)
+    return build_messages("sys", question, [VET, CLAIM, GYM], layout=layout)[0].content
+
+
+def test_auto_drops_the_labels_a_stated_date_question_would_copy():
+    text = block("Hey, what date is my vet appointment?")
+    assert "[4 March 2024]" not in text           # the label the 1.5B answered with
+    assert "9 April 2024" in text and "NZ-9217" in text
+    assert "[3 March 2024] Q: I joined the gym yesterday" in text  # resolves "yesterday"
+
+
+def test_auto_keeps_every_label_for_other_questions():
+    for question in ("What is my insurance claim number?", "When did I join the gym?"):
+        assert block(question).count("[") == 3
+    assert block("Hey, what date is my vet appointment?", dates="all").count("[") == 3
+    assert block("What is my insurance claim number?", dates="none").count("[") == 0
+
+
+@pytest.mark.parametrize("value, mode", [(True, "all"), (False, "none"), ("false", "none"),
+                                         ("relative", "relative"), ("auto", "auto")])
+def test_memory_dates_takes_the_old_switch_and_the_modes(value, mode):
+    assert memory_layout(RouterConfig(memory_dates=value)).dates == mode
+
+
+def test_a_bad_memory_dates_names_the_setting():
+    with pytest.raises(ConfigError) as e:
+        memory_layout(RouterConfig(memory_dates="sometimes"))
+    assert e.value.field == "router.memory_dates"
+
+
+def test_a_models_reply_stating_what_the_change_did_not_is_not_shown():
+    # Seed 13: the 1.5B answered the update with a date label; the 0.5B then copied it.
+    wrong = Memory(1, "alice", "[2 March 2024] Q: From now on the weekly call with my mom is at "
+                               "8:30 am. / A: 1 March 2024", 0, source_model="large")
+    assert shown_reply(wrong) == ""
+    ack = Memory(2, "alice", "[2 March 2024] Q: From now on the weekly call with my mom is at "
+                             "8:30 am. / A: Got it, 8:30 am.", 0, source_model="large")
+    assert shown_reply(ack) == "Got it, 8:30 am."
+    plain = Memory(3, "alice", "[2 March 2024] Q: What time is the call? / A: 8:30 am", 0,
+                   source_model="large")
+    assert shown_reply(plain) == "8:30 am"     # a question's answer: not a change's reply
+    ingested = Memory(4, "alice", "[2 March 2024] Q: I moved to Boston last week. / A: I was "
+                                  "there in 2019!", 0)
+    assert shown_reply(ingested) == "I was there in 2019!"   # a history's turn, not a model's
+
+
+def test_a_reply_not_shown_grounds_nothing():
+    # The stored update pair's reply "1 March 2024" must not let the small tier's copy through.
+    update = TurnPair("alice", "s1", 0, "From now on the weekly call with my mom is at 8:30 am.",
+                      "1 March 2024", MAY_8 - 86400, source_model="large")
+    router, small, _ = make("1 March 2024", memories=[update])
+    res = router.route("alice", "when does my weekly call with my mom start?", session_time=MAY_8)
+    assert res.calls[0].grounded is False and res.decision.answered_tier == 1
+    prompt = small.prompts[0][0].content
+    assert "8:30 am" in prompt and "1 March 2024" not in prompt
