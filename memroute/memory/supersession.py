@@ -368,15 +368,17 @@ def restated_marks(new_pairs: Sequence[TurnPair], memories: Iterable[Memory]) ->
 
 
 @functools.lru_cache(maxsize=8192)  # runs per injected memory per request
-def contradicts_itself(question: str, answer: str) -> bool:
+def contradicts_itself(question: str, answer: str, any_kind: bool = False) -> bool:
     """A change statement whose reply states another value of the same kind (a small model
-    answering "My best friend moved again, to Lisbon" with "Innsbruck"): the user is the
-    authority on their own facts, so such a reply is not shown with the statement."""
+    answering "My best friend moved again, to Lisbon" with "Innsbruck") or, ``any_kind``, any
+    value the statement does not: the user is the authority on their own facts, so such a
+    reply is not shown with the statement."""
     update = as_update(question)
     if update is None:
         return False
     new, kinds = {v.norm for v in update.values}, {v.kind for v in update.values}
-    return any(v.kind in kinds and v.norm not in new for v in values(_answer_for_values(answer))[0])
+    return any((any_kind or v.kind in kinds) and v.norm not in new
+               for v in values(_answer_for_values(answer))[0])
 
 
 POLICIES = ("exclude", "rank_below")

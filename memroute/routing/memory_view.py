@@ -12,8 +12,8 @@ Both are cut where replays showed them misleading the tiers more than informing 
   and all non-time questions) keeps every label: LoCoMo's temporal questions are answered by them.
 - **The reply to a change statement.** The user is the authority on their own facts, so a reply
   is not shown with "From now on the call is at 8:30 am" when it states another value of the same
-  kind (``supersession.contradicts_itself``) or, written by a model, any value the statement does
-  not state: the 1.5B answered that statement with "1 March 2024", a date label, and the 0.5B
+  kind or, written by a model, any value the statement does not state
+  (``supersession.contradicts_itself``): the 1.5B answered that statement with "1 March 2024", a date label, and the 0.5B
   then copied it into every later answer. A reply not shown is no evidence for grounding either.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from memroute.memory.supersession import as_update, contradicts_itself, split_memory_text, values
+from memroute.memory.supersession import contradicts_itself, split_memory_text
 from memroute.types import Memory
 
 DATE_MODES = ("auto", "all", "relative", "none")
@@ -61,19 +61,9 @@ def shows_date(mode: str, memory: Memory) -> bool:
     return mode in ("all", "auto") or (mode == "relative" and needs_date(memory.text))
 
 
-def _states_other_value(question: str, answer: str) -> bool:
-    update = as_update(question)
-    if update is None:
-        return False
-    new = {v.norm for v in update.values}
-    return any(v.norm not in new for v in values(answer)[0])
-
-
 def shown_reply(memory: Memory) -> str:
     """The memory's reply as a prompt shows it: empty when it is not shown (module doc)."""
     question, answer = split_memory_text(memory.text)
-    if not answer or contradicts_itself(question, answer):
-        return ""
-    if memory.source_model and _states_other_value(question, answer):
+    if answer and contradicts_itself(question, answer, any_kind=bool(memory.source_model)):
         return ""
     return answer

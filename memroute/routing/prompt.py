@@ -39,11 +39,11 @@ class MemoryLayout:
     """How the memory block shows time (each switch measured alone in docs/BENCHMARKS.md):
     ``dates``: which memories keep their ``[date]`` (``all``, ``none``, ``relative``: those with
     a relative time word, ``auto``: ``relative`` for a question asking a stated date or time,
-    else ``all``; :mod:`memroute.routing.memory_view`; :meth:`for_question` resolves it); ``order``: chronological (oldest first, so a
-    change reads after the value it replaces), relevance (retrieval rank) or newest_first (a
-    small model leans on what it reads first: the latest statement leads); ``today``: the
-    question's date heads the block; ``latest_wins``: one instruction that the newest wins;
-    ``position``: where the block goes (module doc)."""
+    else ``all``; :mod:`memroute.routing.memory_view`; :meth:`for_question` resolves it);
+    ``order``: chronological (oldest first, so a change reads after the value it replaces),
+    relevance (retrieval rank) or newest_first (a small model leans on what it reads first: the
+    latest statement leads); ``today``: the question's date heads the block; ``latest_wins``:
+    one instruction that the newest wins; ``position``: where the block goes (module doc)."""
 
     dates: str = "auto"
     order: str = "chronological"
