@@ -60,8 +60,9 @@ def store_texts(run: Path, ids: list[int]) -> dict[int, Memory]:
     out: dict[int, Memory] = {}
     for i in range(0, len(ids), 500):
         for m in client.query("memroute_turns", filter=f"id in {ids[i:i + 500]}",
-                              output_fields=["id", "user_id", "text", "session_time", "source_model",
-                                             "created_at", "session_id", "turn_index"]):
+                              output_fields=["id", "user_id", "text", "session_time",
+                                             "source_model", "created_at", "session_id",
+                                             "turn_index"]):
             out[m["id"]] = Memory(m["id"], m["user_id"], m["text"], m["session_time"],
                                   m["source_model"], m["created_at"], m["session_id"],
                                   m["turn_index"])
@@ -100,12 +101,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path, nargs="+")
     ap.add_argument("--layout", action="append", required=True,
-                    help="name:key=value,key=value (router.* overrides); the first is the baseline")
+                    help="name:key=value,... (router.* overrides); the first is the baseline")
     ap.add_argument("--asks-time", action="store_true",
-                    help="only questions asking a stated date or time (memory_view.asks_stated_time)")
+                    help="only questions asking a stated date or time (asks_stated_time)")
     ap.add_argument("--out", type=Path, default=None, help="write every answer as JSON lines")
     args = ap.parse_args()
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # before vLLM's import: its start-up advice
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # before vLLM's import: quiet start-up
 
     from memroute import build
 

@@ -14,9 +14,9 @@ its words. Trusted sources:
   subject ("24 January 2029: which day of the week is that?" holds no grandmother's birthday);
 - the assistant turn of a memory, as the prompt shows it (``memory_view.shown_reply``), that a
   *stronger* tier (or no tier: an ingested history) produced. A tier's own past answers, and
-  those of tiers cheaper than it, are not evidence: they are what a wrong answer would have left. A stronger tier's answer is evidence only for a
-  question on its subject (one shared subject word): "5106", the answer to "What is 63 x 82?",
-  does not ground "5106" as a renovation budget;
+  those of tiers cheaper than it, are not evidence: they are what a wrong answer would have left.
+  A stronger tier's answer is evidence only for a question on its subject (one shared subject
+  word): "5106", the answer to "What is 63 x 82?", does not ground "5106" as a renovation budget;
 - the facts block and the client's own turns (history, tool results).
 
 Not the memory's date label, and not the question itself: an echo of the question's numbers is

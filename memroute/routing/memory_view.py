@@ -1,7 +1,8 @@
 """What of a stored turn-pair a prompt shows: its date label and its reply.
 
 Both are cut where replays showed them misleading the tiers more than informing them
-(docs/BENCHMARKS.md, "Date labels and replies to change statements"):
+(docs/BENCHMARKS.md, "Date labels, replies to change statements, and a user's question as
+evidence"):
 
 - **The date label** (``router.memory_dates=auto``). A question that asks for a date or time the
   user stated ("when is my vet appointment?", "what time does the call start?") is shown its
@@ -13,8 +14,9 @@ Both are cut where replays showed them misleading the tiers more than informing 
 - **The reply to a change statement.** The user is the authority on their own facts, so a reply
   is not shown with "From now on the call is at 8:30 am" when it states another value of the same
   kind or, written by a model, any value the statement does not state
-  (``supersession.contradicts_itself``): the 1.5B answered that statement with "1 March 2024", a date label, and the 0.5B
-  then copied it into every later answer. A reply not shown is no evidence for grounding either.
+  (``supersession.contradicts_itself``): the 1.5B answered that statement with "1 March 2024",
+  a date label, and the 0.5B then copied it into every later answer. A reply not shown is no
+  evidence for grounding either.
 """
 
 from __future__ import annotations
