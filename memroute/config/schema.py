@@ -117,6 +117,10 @@ class RetrievalConfig:
     # ...and by meaning: a change statement worded apart from the one it replaces (rule 5: the
     # embedder's most similar older statement, when it stands out; +1 encoder call per update)
     supersede_by_meaning: bool = True
+    # Dense and hybrid: a question none of whose memories reaches this cosine gets none; it is
+    # about nothing the user said ("What is 89 hours in minutes?"), and memories in its prompt
+    # would be paid for and unread. The scale is the encoder's: conf/retrieval sets it for MiniLM.
+    min_similarity: float = 0.0
 
 
 @dataclass
@@ -255,7 +259,7 @@ def check_parts(cfg: PartsConfig) -> list[ModelConfig]:
         _number(getattr(r, name), f"retrieval.{name}", low=0, integer=True)
     for name in ("bm25_k1", "bm25_cache_mb", "context_weight", "rerank_weight"):
         _number(getattr(r, name), f"retrieval.{name}", low=0.0)
-    for name in ("alpha", "bm25_b", "dominant_overlap", "query_focus"):
+    for name in ("alpha", "bm25_b", "dominant_overlap", "query_focus", "min_similarity"):
         _number(getattr(r, name), f"retrieval.{name}", low=0.0, high=1.0)
     # The retriever would refuse it too, but only once the store is open.
     if r.bm25_backend == "milvus" and not mem.bm25_function:

@@ -292,16 +292,18 @@ class HybridRetriever:
         n = max(self.cfg.candidate_k, top_k)
         if strategy == "dense":
             assert vector is not None
-            return self._current([
-                RetrievalHit(m, s, dense_score=s)
-                for m, s in self._dense(user_id, vector, self._pool(top_k), window)
-            ])[:top_k]
+            dense = self._dense(user_id, vector, self._pool(top_k), window)
+            if not self._about_memories(dense):
+                return []
+            return self._current([RetrievalHit(m, s, dense_score=s) for m, s in dense])[:top_k]
         if strategy == "bm25":
             sparse = self._sparse(user_id, query, self._pool(top_k), window)
             return self._current([RetrievalHit(m, s, bm25_score=s) for m, s in sparse])[:top_k]
 
         assert vector is not None
         dense = self._dense(user_id, vector, self._pool(n), window)
+        if not self._about_memories(dense):
+            return []
         sparse = self._sparse(user_id, query, self._pool(n), window)
         memories: dict[int, Memory] = {m.id: m for m, _ in sparse}
         memories.update((m.id, m) for m, _ in dense)  # the store's copy is the freshest
@@ -318,6 +320,13 @@ class HybridRetriever:
             )
             for h in fused
         ])[:top_k]
+
+    def _about_memories(self, dense: Sequence[tuple[Memory, float]]) -> bool:
+        """False when no memory reaches ``retrieval.min_similarity`` cosine to the question: it
+        is about nothing the user said ("What is 89 hours in minutes?"), and any memory in its
+        prompt would be paid for and unread."""
+        floor = self.cfg.min_similarity
+        return floor <= 0.0 or bool(dense) and max(s for _, s in dense) >= floor
 
     def _pool(self, limit: int) -> int:
         """Candidates asked of a leg: a margin over ``limit`` for superseded rows dropped after."""

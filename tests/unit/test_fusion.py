@@ -258,3 +258,30 @@ def test_retriever_errors(world):
         r.retrieve("alice", "tea", top_k=0)
     with pytest.raises(InvalidRequest):
         r.remember([pair("bad id", 0, "x")])
+
+
+# ------------------------------------------------------ the similarity floor
+
+
+@pytest.mark.parametrize("strategy", ["dense", "hybrid"])
+def test_a_question_no_memory_is_similar_to_gets_none(strategy):
+    enc, store = HashEncoder(), DictStore()
+    r = HybridRetriever(enc, store, RetrievalConfig(top_k=3, candidate_k=10, min_similarity=0.3))
+    r.remember([pair("alice", i, t) for i, t in enumerate(
+        ["my locker code is ZX-4471", "I like green tea", "the museum trip was fun"])])
+    hits = r.retrieve("alice", "what is my locker code", strategy=strategy)
+    assert "ZX-4471" in hits[0].memory.text
+    # a question sharing no word with any memory is about nothing the user said
+    assert r.retrieve("alice", "how many centimeters in 179 meters", strategy=strategy) == []
+    off = HybridRetriever(enc, store, RetrievalConfig(top_k=3, candidate_k=10))
+    assert len(off.retrieve("alice", "how many centimeters in 179 meters",
+                            strategy=strategy)) == 3
+
+
+def test_a_similarity_floor_out_of_range_names_the_setting():
+    from memroute.config.schema import ModelConfig, PartsConfig, check_parts
+
+    parts = PartsConfig(retrieval=RetrievalConfig(min_similarity=1.5),
+                        cascade={"0": ModelConfig(engine="mock")})
+    with pytest.raises(ConfigError, match="retrieval.min_similarity"):
+        check_parts(parts)
