@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 
 import numpy as np
@@ -141,9 +142,12 @@ def test_registry_lists_names_on_unknown_fusion():
 
 
 class HashEncoder:
-    """Bag of words hashed into 64 dims: same words -> same direction."""
+    """Bag of words hashed by crc32 into 256 dims: same words -> same direction.
 
-    name, dim = "hash", 64
+    (Python's str hash is salted per process, so its collisions change from run to run.)
+    """
+
+    name, dim = "hash", 256
 
     def __init__(self) -> None:
         self.batches: list[int] = []
@@ -153,12 +157,12 @@ class HashEncoder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, t in enumerate(texts):
             for w in t.lower().split():
-                out[i, hash(w) % self.dim] += 1.0
+                out[i, zlib.crc32(w.encode()) % self.dim] += 1.0
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
 class DictStore:
-    dim = 64
+    dim = 256
 
     def __init__(self) -> None:
         self.rows: dict[int, tuple[Memory, np.ndarray]] = {}
