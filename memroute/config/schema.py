@@ -117,9 +117,9 @@ class RetrievalConfig:
     # ...and by meaning: a change statement worded apart from the one it replaces (rule 5: the
     # embedder's most similar older statement, when it stands out; +1 encoder call per update)
     supersede_by_meaning: bool = True
-    # Dense and hybrid: a question none of whose memories reaches this cosine gets none; it is
-    # about nothing the user said ("What is 89 hours in minutes?"), and memories in its prompt
-    # would be paid for and unread. The scale is the encoder's: conf/retrieval sets it for MiniLM.
+    # A question none of whose memories reaches this cosine (hybrid: and none shares a word with
+    # it) gets none; it is about nothing the user said ("What is 89 hours in minutes?"), and
+    # memories in its prompt would be paid for and unread. The scale is the encoder's.
     min_similarity: float = 0.0
 
 

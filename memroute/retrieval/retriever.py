@@ -302,9 +302,9 @@ class HybridRetriever:
 
         assert vector is not None
         dense = self._dense(user_id, vector, self._pool(n), window)
-        if not self._about_memories(dense):
-            return []
         sparse = self._sparse(user_id, query, self._pool(n), window)
+        if not sparse and not self._about_memories(dense):  # a shared word is evidence enough
+            return []
         memories: dict[int, Memory] = {m.id: m for m, _ in sparse}
         memories.update((m.id, m) for m, _ in dense)  # the store's copy is the freshest
         overlap = self._overlap(user_id, query, [m for m, _ in sparse])
@@ -324,7 +324,9 @@ class HybridRetriever:
     def _about_memories(self, dense: Sequence[tuple[Memory, float]]) -> bool:
         """False when no memory reaches ``retrieval.min_similarity`` cosine to the question: it
         is about nothing the user said ("What is 89 hours in minutes?"), and any memory in its
-        prompt would be paid for and unread."""
+        prompt would be paid for and unread. Hybrid asks this only when BM25 found no memory
+        sharing a word with the question: a dense query stripped of the speakers' names
+        (``query_focus``) can sit far from the right memory."""
         floor = self.cfg.min_similarity
         return floor <= 0.0 or bool(dense) and max(s for _, s in dense) >= floor
 

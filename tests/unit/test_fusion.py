@@ -282,6 +282,17 @@ def test_a_question_no_memory_is_similar_to_gets_none(strategy):
                             strategy=strategy)) == 3
 
 
+def test_hybrid_keeps_the_memories_of_a_question_sharing_a_word_with_one():
+    enc, store = HashEncoder(), DictStore()
+    r = HybridRetriever(enc, store, RetrievalConfig(top_k=3, candidate_k=10, min_similarity=0.3))
+    r.remember([pair("alice", i, t) for i, t in enumerate(
+        ["my locker code is ZX-4471", "I like green tea", "the museum trip was fun"])])
+    q = "in which city did our guide from that museum grow up before moving abroad"
+    assert max(s for _, s in r._dense("alice", enc.encode([q])[0], 10, None)) < 0.3
+    assert r.retrieve("alice", q, strategy="dense") == []  # the cosine alone says "about nothing"
+    assert "museum" in r.retrieve("alice", q, strategy="hybrid")[0].memory.text
+
+
 def test_a_similarity_floor_out_of_range_names_the_setting():
     from memroute.config.schema import ModelConfig, PartsConfig, check_parts
 
