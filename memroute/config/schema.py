@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from memroute.config.fact_layer import FactLayerConfig
+from memroute.config.router import RouterConfig
 from memroute.config.summary import SummaryConfig, check_summary_config
 from memroute.errors import ConfigError
 
@@ -165,58 +166,6 @@ def ordered_cascade(cascade: dict[str, ModelConfig], *, field: str = "cascade") 
     if [int(k) for k in keys] != list(range(len(keys))):
         raise ConfigError(f"{field} keys must be 0..{len(keys) - 1} without gaps; got {keys}", field=field)
     return [cascade[k] for k in keys]
-
-
-@dataclass
-class RouterConfig:
-    tau: float = 0.5
-    confidence: str = "mean_logprob"  # mean_logprob | min_token | top2_margin
-    l_min: float = -3.0
-    use_memory: bool = True
-    use_routing: bool = True  # False: the first tier answers everything
-    max_tokens: int = 32  # a request's max_tokens overrides it
-    store_answers: bool = True  # cross-model memory: store every answered turn-pair
-    # greedy: a tier that may still escalate decodes greedily (tau is calibrated on greedy
-    # answers); client: with the client's temperature/top_p/seed (memroute/routing/decoding.py)
-    probe_decoding: str = "greedy"
-    # A fitted calibrator artifact (JSON from `python -m jobs.calibrate`; memroute/routing/
-    # calibrator.py): when set, a tier's answer is accepted iff its P(correct) from the answer's
-    # features reaches the artifact's threshold (calibrator_threshold overrides it; a request's
-    # tau too), instead of `confidence` >= tau. None: the confidence/tau rule.
-    calibrator: Optional[str] = None
-    calibrator_threshold: Optional[float] = None
-    # With a calibrator: a turn that asks nothing (memroute/routing/turn_kind.py) is judged by
-    # `confidence` >= this instead (the calibrator learnt from questions only). None (default):
-    # by the calibrator too. Off by default: on a first replay slice it cut escalation but the
-    # small model's acknowledgements then entered memory and F1 fell (docs/BENCHMARKS.md).
-    statement_tau: Optional[float] = None
-    # A lower tier's answer to a question is accepted only when it was read from what that tier
-    # was given (memroute/routing/grounding.py): "memory" (default) or "off" (confidence alone).
-    # grounding_share: the share of the answer's words one trusted source must hold (all of its
-    # numbers always). Applies to members that use memory.
-    grounding: str = "memory"
-    grounding_share: float = 0.5
-    # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
-    # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
-    # memory_dates: auto | all | relative | none; auto drops the labels a question asking a
-    # stated date or time would copy (memroute/routing/memory_view.py); true/false = all/none.
-    memory_dates: str = "auto"
-    memory_order: str = "chronological"  # chronological | relevance | newest_first
-    current_date: bool = True
-    latest_wins: bool = True
-    # Where the retrieved memories go (prefix caching, memroute.routing.prompt):
-    # "system": appended to the system message (before the client's history);
-    # "before_question": a system message right before the question, so the system prompt, the
-    # facts block and the history are a prefix the engine's cache reuses across a user's turns.
-    memory_position: str = "system"
-    # Short answers and absolute dates: on LoCoMo (50 q, Qwen 0.5B, warm) this prompt gave F1 28.3
-    # against 12.6 for "answer in a few words" (full sentences and "last Saturday" cost token F1).
-    system_prompt: str = (
-        "You are a helpful personal assistant with memories of earlier conversations. "
-        "Answer with only the short answer (a name, date, number or short phrase), not a full "
-        "sentence. Give dates as absolute dates, working out words like yesterday or last year "
-        "from the date of the memory."
-    )
 
 
 @dataclass
