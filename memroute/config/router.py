@@ -25,7 +25,7 @@ class RouterConfig:
     # tau too), instead of `confidence` >= tau. None: the confidence/tau rule.
     calibrator: Optional[str] = None
     calibrator_threshold: Optional[float] = None
-    # With a calibrator: a turn that asks nothing (memroute/routing/turn_kind.py) is judged by
+    # With a calibrator: a turn that asks nothing (memroute/text/turn_kind.py) is judged by
     # `confidence` >= this instead (the calibrator learnt from questions only). None (default):
     # by the calibrator too. Off by default: on a first replay slice it cut escalation but the
     # small model's acknowledgements then entered memory and F1 fell (docs/BENCHMARKS.md).

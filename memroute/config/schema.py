@@ -120,7 +120,8 @@ class RetrievalConfig:
     supersede_by_meaning: bool = True
     # A question none of whose memories reaches this cosine (hybrid: and none shares a word with
     # it) gets none; it is about nothing the user said ("What is 89 hours in minutes?"), and
-    # memories in its prompt would be paid for and unread. The scale is the encoder's.
+    # memories in its prompt would be paid for and unread. A turn that asks nothing keeps them
+    # (memroute/text/turn_kind.py). The scale is the encoder's.
     min_similarity: float = 0.0
 
 

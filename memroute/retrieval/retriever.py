@@ -43,6 +43,7 @@ from memroute.retrieval.temporal import (
     takes_time_window,
     time_window,
 )
+from memroute.text.turn_kind import asks_something
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
 STRATEGIES = ("bm25", "dense", "hybrid")
@@ -293,7 +294,7 @@ class HybridRetriever:
         if strategy == "dense":
             assert vector is not None
             dense = self._dense(user_id, vector, self._pool(top_k), window)
-            if not self._about_memories(dense):
+            if not self._about_memories(dense, query):
                 return []
             return self._current([RetrievalHit(m, s, dense_score=s) for m, s in dense])[:top_k]
         if strategy == "bm25":
@@ -303,7 +304,7 @@ class HybridRetriever:
         assert vector is not None
         dense = self._dense(user_id, vector, self._pool(n), window)
         sparse = self._sparse(user_id, query, self._pool(n), window)
-        if not sparse and not self._about_memories(dense):  # a shared word is evidence enough
+        if not sparse and not self._about_memories(dense, query):  # a shared word is evidence
             return []
         memories: dict[int, Memory] = {m.id: m for m, _ in sparse}
         memories.update((m.id, m) for m, _ in dense)  # the store's copy is the freshest
@@ -321,14 +322,18 @@ class HybridRetriever:
             for h in fused
         ])[:top_k]
 
-    def _about_memories(self, dense: Sequence[tuple[Memory, float]]) -> bool:
-        """False when no memory reaches ``retrieval.min_similarity`` cosine to the question: it
+    def _about_memories(self, dense: Sequence[tuple[Memory, float]], query: str) -> bool:
+        """False when no memory reaches ``retrieval.min_similarity`` cosine to a question: it
         is about nothing the user said ("What is 89 hours in minutes?"), and any memory in its
         prompt would be paid for and unread. Hybrid asks this only when BM25 found no memory
         sharing a word with the question: a dense query stripped of the speakers' names
-        (``query_focus``) can sit far from the right memory."""
+        (``query_focus``) can sit far from the right memory. A turn that asks nothing keeps its
+        memories: they show the small model how to acknowledge ("WB-2984", not "Warranty
+        Number"), and its acknowledgement is stored as memory."""
         floor = self.cfg.min_similarity
-        return floor <= 0.0 or bool(dense) and max(s for _, s in dense) >= floor
+        if floor <= 0.0 or not asks_something(query):
+            return True
+        return bool(dense) and max(s for _, s in dense) >= floor
 
     def _pool(self, limit: int) -> int:
         """Candidates asked of a leg: a margin over ``limit`` for superseded rows dropped after."""

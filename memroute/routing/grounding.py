@@ -32,8 +32,8 @@ from collections.abc import Collection, Iterable, Sequence
 
 from memroute.memory.supersession import split_memory_text, statement_part
 from memroute.routing.memory_view import shown_reply
-from memroute.routing.turn_kind import ASKING_OPENINGS
 from memroute.text.tokenize import unigrams
+from memroute.text.turn_kind import ASKING_OPENINGS
 from memroute.types import Message, RetrievalHit
 
 GROUNDING_MODES = ("off", "memory")

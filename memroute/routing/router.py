@@ -27,7 +27,6 @@ from memroute.errors import InvalidRequest
 from memroute.memory.facts.types import Fact
 from memroute.retrieval.followup import retrieval_query
 from memroute.routing.calibrator import Calibrator
-from memroute.routing.turn_kind import asks_something
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import (
@@ -47,6 +46,7 @@ from memroute.routing.prompt import (build_messages, history_within, memory_layo
                                      select_within_budget)
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
 from memroute.text.clip import clip_utf8
+from memroute.text.turn_kind import asks_something
 from memroute.types import (
     CallRecord,
     ModelReply,

@@ -91,6 +91,6 @@ def test_statements_are_judged_by_the_confidence_not_the_calibrator(tmp_path, mo
     ("Note: my gym is FitHub now.", False),
 ])
 def test_asks_something(text, asks):
-    from memroute.routing.turn_kind import asks_something
+    from memroute.text.turn_kind import asks_something
 
     assert asks_something(text) is asks

@@ -280,6 +280,9 @@ def test_a_question_no_memory_is_similar_to_gets_none(strategy):
     off = HybridRetriever(enc, store, RetrievalConfig(top_k=3, candidate_k=10))
     assert len(off.retrieve("alice", "how many centimeters in 179 meters",
                             strategy=strategy)) == 3
+    # a turn that only states keeps them: they show the small model how to acknowledge
+    assert len(r.retrieve("alice", "for the record my warranty number is WB-2984",
+                          strategy=strategy)) == 3
 
 
 def test_hybrid_keeps_the_memories_of_a_question_sharing_a_word_with_one():
@@ -287,7 +290,7 @@ def test_hybrid_keeps_the_memories_of_a_question_sharing_a_word_with_one():
     r = HybridRetriever(enc, store, RetrievalConfig(top_k=3, candidate_k=10, min_similarity=0.3))
     r.remember([pair("alice", i, t) for i, t in enumerate(
         ["my locker code is ZX-4471", "I like green tea", "the museum trip was fun"])])
-    q = "in which city did our guide from that museum grow up before moving abroad"
+    q = "in which city did our guide from that museum grow up before moving abroad?"
     assert max(s for _, s in r._dense("alice", enc.encode([q])[0], 10, None)) < 0.3
     assert r.retrieve("alice", q, strategy="dense") == []  # the cosine alone says "about nothing"
     assert "museum" in r.retrieve("alice", q, strategy="hybrid")[0].memory.text
