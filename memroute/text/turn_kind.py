@@ -15,7 +15,10 @@ ASKING_OPENINGS = frozenset("""what when where who whom whose which why how do d
     was were am can could would should will shall may might have has had tell remind list give
     show explain describe help recommend suggest find name summarize summarise any
     compute calculate convert add count multiply subtract divide""".split())
-_WORD = re.compile(r"[a-z']+")
+# A sentence's first word; none when it opens with a number ("15 am" is not a question).
+_FIRST_WORD = re.compile(r"\s*([a-z']+)")
+# Sentence ends, and a colon before a space ("One more thing: compute..."), not in "10:15".
+_SENTENCE_END = re.compile(r"[.!\n;]+|:(?=\s)")
 
 
 def asks_something(text: str) -> bool:
@@ -24,8 +27,8 @@ def asks_something(text: str) -> bool:
     that only states."""
     if "?" in text:
         return True
-    for sentence in re.split(r"[.!\n;:]+", text.lower()):
-        first = _WORD.search(sentence)
-        if first and first.group() in ASKING_OPENINGS:
+    for sentence in _SENTENCE_END.split(text.lower()):
+        first = _FIRST_WORD.match(sentence)
+        if first and first.group(1) in ASKING_OPENINGS:
             return True
     return False

@@ -89,6 +89,7 @@ def test_statements_are_judged_by_the_confidence_not_the_calibrator(tmp_path, mo
     ("Thanks. Where did I park", True), ("I switched gyms; it's now FitHub.", False),
     ("Convert 5 days to hours.", True), ("One more thing: compute 41 to the power of 2. Thanks!", True),
     ("Note: my gym is FitHub now.", False),
+    ("My team standup is at 10:15 am.", False),  # "15 am" is no sentence asking "am ..."
 ])
 def test_asks_something(text, asks):
     from memroute.text.turn_kind import asks_something
