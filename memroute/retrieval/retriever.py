@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -27,8 +26,7 @@ from memroute.embedding.base import Encoder
 from memroute.errors import ConfigError, InvalidRequest
 from memroute.memory.base import MemoryStore
 from memroute.memory.meaning import StatementSimilarity
-from memroute.memory.supersession import (POLICIES, apply_policy, as_update, marks_for,
-                                          restated_marks)
+from memroute.memory.supersession import POLICIES, apply_policy
 from memroute.namespace import validate_tenant
 from memroute.retrieval.bm25 import LazyOverlap
 from memroute.retrieval.bm25_cache import BM25Cache
@@ -43,6 +41,7 @@ from memroute.retrieval.temporal import (
     takes_time_window,
     time_window,
 )
+from memroute.retrieval.write_supersession import mark_superseded
 from memroute.text.turn_kind import asks_something
 from memroute.types import Memory, RetrievalHit, TurnPair, memory_of, validate_user_id
 
@@ -54,7 +53,6 @@ MAX_QUERY_CHARS = 8192
 # A store that cannot filter by time is asked for this many times the candidates (up to the
 # maximum), and the window is applied to what it returns.
 WINDOW_POOL, MAX_WINDOW_POOL = 10, 16384
-SUPERSEDE_POOL = 256  # BM25 candidates checked against each change statement
 SUPERSEDED_MARGIN = 8  # extra candidates per leg, so dropping superseded rows leaves top_k
 
 
@@ -149,40 +147,9 @@ class HybridRetriever:
         return written
 
     def supersede(self, pairs: Sequence[TurnPair]) -> int:
-        """Mark the stored pairs that ``pairs`` (just written) supersede, and new pairs that
-        restate a value an earlier update replaced (``restated_marks``); returns how many.
-        Change statements are checked against the user's BM25 candidates; other pairs only
-        against the updates that superseded something, in a cached user."""
-        by_user: dict[str, list[TurnPair]] = {}
-        for p in pairs:
-            by_user.setdefault(p.user_id, []).append(p)
-        marked = 0
-        for uid, news in by_user.items():
-            updates = [p for p in news if as_update(p.user_text) is not None]
-            # Restated old values are looked for only in a cached user (one just served): a
-            # plain write never loads a user's whole history.
-            entry = self.bm25.get(uid) if updates else self.bm25.peek(uid)
-            if entry is None:
-                continue
-            # Candidates: the user's memories BM25 finds for each update (an older pair must
-            # share most of its subject words), so a long history is not scanned whole; by
-            # meaning (rule 5), every memory: its words may be none of the update's.
-            if self.similar is not None:
-                pool = dict(entry.memories)
-            else:
-                pool = {m.id: m for p in updates
-                        for m, _ in entry.search(p.user_text, SUPERSEDE_POOL)}
-                pool.update((p.id, entry.memories[p.id]) for p in updates
-                            if p.id in entry.memories)
-            marks = marks_for(updates, pool.values(), self.similar)
-            if marks or any(m.superseded_by for m in entry.memories.values()):
-                current = [replace(m, superseded_by=marks[m.id][0]) if m.id in marks else m
-                           for m in entry.memories.values()]
-                marks.update(restated_marks(news, current))
-            if marks:
-                marked += self.store.mark_superseded(uid, marks)  # type: ignore[attr-defined]
-                self.bm25.invalidate(uid)  # the cached copies lack the marks
-        return marked
+        """Mark the stored pairs that ``pairs`` (just written) supersede; returns how many
+        (:func:`memroute.retrieval.write_supersession.mark_superseded`)."""
+        return mark_superseded(pairs, self.bm25, self.store, self.similar)
 
     def invalidate(self, user_id: str) -> None:
         """Forget the cached BM25 index of a user whose memories changed elsewhere."""
