@@ -1,14 +1,39 @@
-"""Small fakes for unit tests: a word-counting back end and an in-memory retriever."""
+"""Small fakes for unit tests: a word-counting back end, an in-memory retriever and a
+bag-of-words encoder."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Sequence
+
+import numpy as np
 
 from memroute.types import Memory, Message, ModelReply, RetrievalHit, TurnPair
 
 
 def words(text: str) -> int:
     return len(text.split())
+
+
+class HashEncoder:
+    """Bag of words hashed by crc32 into 256 dims: texts sharing words point alike.
+
+    (Python's str hash is salted per process, so its collisions would change from run to run.)
+    ``batches``: the size of each encode call.
+    """
+
+    name, dim = "hash", 256
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def encode(self, texts):
+        self.batches.append(len(texts))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, zlib.crc32(w.encode()) % self.dim] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
 class FakeBackend:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import replace
 
 import numpy as np
@@ -13,6 +12,8 @@ from memroute.errors import ConfigError, InvalidRequest
 from memroute.retrieval.fusion import FUSIONS, FusedHit, fuse, get_fusion
 from memroute.retrieval.retriever import HybridRetriever
 from memroute.types import Memory, TurnPair
+
+from .fakes import HashEncoder
 
 CFG = RetrievalConfig(rrf_k=60, alpha=0.5, dominant_overlap=0.5, score_norm="minmax")
 DENSE = [(1, 0.9), (2, 0.8), (3, 0.7)]
@@ -139,26 +140,6 @@ def test_registry_lists_names_on_unknown_fusion():
 
 
 # ------------------------------------------------------ the retriever with small fakes
-
-
-class HashEncoder:
-    """Bag of words hashed by crc32 into 256 dims: same words -> same direction.
-
-    (Python's str hash is salted per process, so its collisions change from run to run.)
-    """
-
-    name, dim = "hash", 256
-
-    def __init__(self) -> None:
-        self.batches: list[int] = []
-
-    def encode(self, texts):
-        self.batches.append(len(texts))
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in t.lower().split():
-                out[i, zlib.crc32(w.encode()) % self.dim] += 1.0
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
 class DictStore:

@@ -4,7 +4,6 @@ window, topped up from the unfiltered ranking when the window holds fewer than t
 from __future__ import annotations
 
 import time
-import zlib
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -19,6 +18,8 @@ from memroute.retrieval.retriever import SUPERSEDED_MARGIN, WINDOW_POOL, HybridR
 from memroute.retrieval.temporal import TimeWindow, time_window
 from memroute.types import Memory, TurnPair
 
+from .fakes import HashEncoder
+
 
 def ts(y: int, m: int, d: int) -> int:
     return int(datetime(y, m, d, 12, tzinfo=UTC).timestamp())
@@ -26,19 +27,6 @@ def ts(y: int, m: int, d: int) -> int:
 
 ASKED = ts(2023, 6, 20)  # "last month" is May 2023
 MAY, JUNE, MARCH = ts(2023, 5, 8), ts(2023, 6, 10), ts(2023, 3, 3)
-
-
-class HashEncoder:
-    """Bag of words hashed by crc32 (Python's str hash changes from run to run)."""
-
-    dim = 256
-
-    def encode(self, texts):
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in t.lower().split():
-                out[i, zlib.crc32(w.encode()) % self.dim] += 1.0
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
 class WindowStore:
