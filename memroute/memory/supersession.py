@@ -381,6 +381,14 @@ def contradicts_itself(question: str, answer: str, any_kind: bool = False) -> bo
                for v in values(_answer_for_values(answer))[0])
 
 
+def adds_values(statement: str, answer: str) -> bool:
+    """``statement`` states a value and ``answer`` one it does not ("Note this down: my locker
+    code is ZY-1685." / "Octavia Castellano")."""
+    stated = {v.norm for v in values(statement)[0]}
+    return bool(stated) and any(v.norm not in stated
+                                for v in values(_answer_for_values(answer))[0])
+
+
 POLICIES = ("exclude", "rank_below")
 
 

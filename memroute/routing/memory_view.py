@@ -1,6 +1,6 @@
 """What of a stored turn-pair a prompt shows: its date label and its reply.
 
-Both are cut where replays showed them misleading the tiers more than informing them
+Each is cut where replays showed them misleading the tiers more than informing them
 (docs/BENCHMARKS.md, "Date labels, replies to change statements, and a user's question as
 evidence"):
 
@@ -17,13 +17,20 @@ evidence"):
   (``supersession.contradicts_itself``): the 1.5B answered that statement with "1 March 2024",
   a date label, and the 0.5B then copied it into every later answer. A reply not shown is no
   evidence for grounding either.
+- **A model's reply to a statement of fact that states a value the statement does not.** The
+  same authority rule for a user turn that only states (``turn_kind.only_states``: no question,
+  no task): the 0.5B acknowledged "Note this down: my locker code is ZY-1685." with
+  "Octavia Castellano", a name from its memory block, and a later "When is my eye exam?" got
+  that name back (seed 17). A task's reply ("Draft a short message to ...") is kept: it is
+  the work a later step reads.
 """
 
 from __future__ import annotations
 
 import re
 
-from memroute.memory.supersession import contradicts_itself, split_memory_text
+from memroute.memory.supersession import adds_values, contradicts_itself, split_memory_text
+from memroute.text.turn_kind import only_states
 from memroute.types import Memory
 
 DATE_MODES = ("auto", "all", "relative", "none")
@@ -66,6 +73,9 @@ def shows_date(mode: str, memory: Memory) -> bool:
 def shown_reply(memory: Memory) -> str:
     """The memory's reply as a prompt shows it: empty when it is not shown (module doc)."""
     question, answer = split_memory_text(memory.text)
-    if answer and contradicts_itself(question, answer, any_kind=bool(memory.source_model)):
+    by_model = bool(memory.source_model)
+    if answer and contradicts_itself(question, answer, any_kind=by_model):
+        return ""
+    if answer and by_model and only_states(question) and adds_values(question, answer):
         return ""
     return answer

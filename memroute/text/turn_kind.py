@@ -15,20 +15,31 @@ ASKING_OPENINGS = frozenset("""what when where who whom whose which why how do d
     was were am can could would should will shall may might have has had tell remind list give
     show explain describe help recommend suggest find name summarize summarise any
     compute calculate convert add count multiply subtract divide""".split())
+# Openings of a task for the assistant that asks nothing ("Draft a short message to ...",
+# "Step 2: Extract the invoice total ..."): its reply is work a later turn may need.
+REQUEST_OPENINGS = frozenset("""draft write compose create make prepare generate translate rewrite
+    rephrase outline extract look verify check estimate book schedule send email reply plan sort
+    pick choose fill format search""".split())
 # A sentence's first word; none when it opens with a number ("15 am" is not a question).
 _FIRST_WORD = re.compile(r"\s*([a-z']+)")
 # Sentence ends, and a colon before a space ("One more thing: compute..."), not in "10:15".
 _SENTENCE_END = re.compile(r"[.!\n;]+|:(?=\s)")
 
 
+def _openings(text: str) -> list[str]:
+    """The first word of each sentence and colon clause of ``text`` (lower-cased)."""
+    firsts = (_FIRST_WORD.match(s) for s in _SENTENCE_END.split(text.lower()))
+    return [m.group(1) for m in firsts if m]
+
+
 def asks_something(text: str) -> bool:
     """True for a question or a request (a question mark, or an asking opening word in any of
     its sentences or after a colon: "One more thing: compute 41 squared."); False for a turn
     that only states."""
-    if "?" in text:
-        return True
-    for sentence in _SENTENCE_END.split(text.lower()):
-        first = _FIRST_WORD.match(sentence)
-        if first and first.group(1) in ASKING_OPENINGS:
-            return True
-    return False
+    return "?" in text or any(w in ASKING_OPENINGS for w in _openings(text))
+
+
+def only_states(text: str) -> bool:
+    """True for a turn that neither asks nor sets a task: the user telling something ("Note
+    this down: my locker code is ZY-1685.", "For the record, the claim number is 88-12.")."""
+    return not asks_something(text) and not any(w in REQUEST_OPENINGS for w in _openings(text))

@@ -95,3 +95,18 @@ def test_asks_something(text, asks):
     from memroute.text.turn_kind import asks_something
 
     assert asks_something(text) is asks
+
+
+@pytest.mark.parametrize("text, states", [
+    ("Note this down: my locker code is ZY-1685.", True),
+    ("For the record, the warranty number is WB-2984.", True),
+    ("My team standup is at 10:15 am.", True),
+    ("What is my locker code?", False),
+    ("Remind me of my locker code.", False),
+    ("Draft a short message to Maria Lopez about the invoice of Alder Corp.", False),
+    ("Step 3: Extract the total from the contract.", False),
+])
+def test_only_states(text, states):
+    from memroute.text.turn_kind import only_states
+
+    assert only_states(text) is states

@@ -98,3 +98,27 @@ def test_a_reply_not_shown_grounds_nothing():
     assert res.calls[0].grounded is False and res.decision.answered_tier == 1
     prompt = small.prompts[0][0].content
     assert "8:30 am" in prompt and "1 March 2024" not in prompt
+
+
+def test_a_models_reply_adding_a_value_to_a_statement_of_fact_is_not_shown():
+    # Seed 17: the 0.5B acknowledged a locker code with a name from its memory block, and a
+    # later question about an eye exam got that name back.
+    def memory(q, a, model="small"):
+        return Memory(1, "alice", f"[2 March 2024] Q: {q} / A: {a}", 0, source_model=model)
+
+    note = "Note this down: my locker code is ZY-1685."
+    assert shown_reply(memory(note, "Octavia Castellano")) == ""
+    assert shown_reply(memory("For the record, the claim number is 88-1204.", "CL-5530")) == ""
+    assert shown_reply(memory(note, "Got it, ZY-1685.")) == "Got it, ZY-1685."
+    assert shown_reply(memory(note, "Noted!")) == "Noted!"          # no value: nothing wrong
+    assert shown_reply(memory(note, "Octavia Castellano", model="")) == "Octavia Castellano"
+    # a task's reply is the work a later step reads, values and all
+    task = "Draft a short message to my landlord about the rent of $1,200."
+    draft = "Dear Mr Smith, the rent of $1,200 will be paid on 1 May."
+    assert shown_reply(memory(task, draft)) == draft
+    step = "Step 2: Extract the invoice total from the contract of Alder Corp."
+    assert shown_reply(memory(step, "INV-204: $5,300")) == "INV-204: $5,300"
+    asked = "What is my locker code?"
+    assert shown_reply(memory(asked, "Octavia Castellano")) == "Octavia Castellano"
+    line = MemoryLayout().line(hit(f"[2 March 2024] Q: {note} / A: Octavia Castellano", "small"))
+    assert line == f"- [2 March 2024] Q: {note}"
