@@ -7,11 +7,11 @@ appointment stated as "8 May 2024"), and a general question ("5 % of 840?") with
 later repeat -- by the large tier too, which reads the same memory.
 
 The rule here asks where the answer's words come from. A lower tier's answer to a question is
-accepted only when one trusted source holds every number of the answer and at least ``share`` of
-its words. Trusted sources:
+accepted only when one trusted source holds every number and code of the answer and at least
+``share`` of its words. Trusted sources:
 
-- the user's own turn of each injected memory; a question in it only for a question on its
-  subject ("24 January 2029: which day of the week is that?" holds no grandmother's birthday);
+- the user's own turn of each injected memory; a question or request in it only for a question
+  on its subject ("24 January 2029: which day of the week is that?" holds no grandmother's birthday);
 - the assistant turn of a memory, as the prompt shows it (``memory_view.shown_reply``), that a
   *stronger* tier (or no tier: an ingested history) produced. A tier's own past answers, and
   those of tiers cheaper than it, are not evidence: they are what a wrong answer would have left.
@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterable, Sequence
 from memroute.memory.supersession import split_memory_text, statement_part
 from memroute.routing.memory_view import shown_reply
 from memroute.text.tokenize import unigrams
-from memroute.text.turn_kind import ASKING_OPENINGS
+from memroute.text.turn_kind import ASKING_OPENINGS, asks_something
 from memroute.types import Message, RetrievalHit
 
 GROUNDING_MODES = ("off", "memory")
@@ -50,7 +50,7 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
     for h in hits:
         asked, answer = split_memory_text(h.memory.text)[0], shown_reply(h.memory)
         on_subject = subject is None or bool(subject & subject_words(asked))
-        stated = asked if on_subject else statement_part(asked)
+        stated = asked if on_subject else told(asked)
         if stated:
             out.append(stated)
         if not answer or h.memory.source_model in untrusted_models:
@@ -61,8 +61,21 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
     return out
 
 
-# Words any question may share with another without being about the same thing.
-_ASKING_WORDS = " ".join(ASKING_OPENINGS) + " again remember know need much many please thing"
+_SENTENCES = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+def told(user_turn: str) -> str:
+    """The sentences of a user turn that only tell: not questions, not requests ("Count the
+    days from 9 October 2026 to 26 January 2027." holds no date of the user's)."""
+    return " ".join(s for s in _SENTENCES.split(statement_part(user_turn))
+                    if not asks_something(s))
+
+
+# Words any question may share with another without being about the same thing ("On which
+# day is my car service?" is not about "Count the days from 9 October 2026 to 26 January 2027.",
+# whose dates the 0.5B gave as the appointment's, seed 17).
+_ASKING_WORDS = (" ".join(ASKING_OPENINGS)
+                 + " again remember know need much many please thing day date time week")
 
 
 @functools.cache
@@ -85,24 +98,33 @@ _NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
 _MONTHS = {m[:3]: m for m in ("january february march april may june july august september "
                               "october november december").split()}
 _FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already)
+# A code: hyphen-joined letters and digits ("NJ-1391", "WB-2984"). Compared whole: its number
+# alone let the 0.5B's "NQ-1391" pass as read from "NJ-1391" (seed 17).
+_CODE = re.compile(r"(?<![\w-])[a-z0-9]+(?:-[a-z0-9]+)+(?![\w-])", re.I)
+
+
+def codes(text: str) -> frozenset[str]:
+    """The codes of ``text``, lower-cased: hyphen-joined tokens with a letter and a digit."""
+    return frozenset(c.lower() for c in _CODE.findall(text)
+                     if any(ch.isdigit() for ch in c) and any(ch.isalpha() for ch in c))
 
 
 def terms(text: str) -> frozenset[str]:
     """What an answer is compared by: its numbers as digit strings, whatever their format
     ("$38,000" and "38000", "20th" and "20", "10:45am" and "10:45", "05" and "5"), and its other
-    kept words, month abbreviations spelt out ("Oct" is "october")."""
+    kept words, month abbreviations spelt out ("Oct" is "october"), and its codes whole."""
     numbers = {n.replace(",", "").lstrip("0") or "0" for n in _NUMBER.findall(text)}
     words = {_MONTHS.get(w, w) for w in unigrams(text) if not any(c.isdigit() for c in w)}
-    return frozenset(numbers | (words - _FORMAT_WORDS))
+    return frozenset(numbers | (words - _FORMAT_WORDS) | codes(text))
 
 
 def grounded(answer: str, texts: Sequence[str], share: float) -> bool | None:
-    """True when one of ``texts`` holds every number of ``answer`` and at least ``share`` of
-    its terms; None when the answer has no term (nothing to check)."""
+    """True when one of ``texts`` holds every number and code of ``answer`` and at least
+    ``share`` of its terms; None when the answer has no term (nothing to check)."""
     kept = terms(answer)
     if not kept:
         return None
-    numbers = {t for t in kept if t.isdigit()}
+    numbers = {t for t in kept if t.isdigit()} | codes(answer)
     need = share * len(kept)
     for text in texts:
         have = kept & terms(text)

@@ -246,3 +246,24 @@ def test_a_bare_yaml_off_gets_told_to_quote_it():
     with pytest.raises(ConfigError, match='write "off"'):
         Router([Tier("small", FakeBackend("small"), Pricing(0.5))], cfg, RetrievalConfig(),
                FakeRetriever())
+
+
+def test_a_code_must_be_read_whole():
+    # Seed 17: the 0.5B answered "NQ-1391" for the ticket stated as "NJ-1391"; the number alone
+    # was in the source.
+    texts = ["My support ticket number is NJ-1391."]
+    assert grounded("NQ-1391", texts, 0.5) is False
+    assert grounded("nj-1391", texts, 0.5) is True
+    assert grounded("It's NJ-1391.", texts, 0.5) is True
+    assert grounded("2024-05-08", ["The appointment is on 8/5/2024."], 0.5) is True  # a date
+
+
+def test_a_date_question_is_not_on_the_subject_of_another_days_question():
+    # Seed 17: "26 January 2027" for the car service, read from a day-count question.
+    count = hit("[2 March 2024] Q: Count the days from 9 October 2026 to 26 January 2027. / "
+                "A: 109 days", source_model="large")
+    booked = hit("[3 March 2024] Q: I booked my car service appointment for 4 May 2024. / A: Noted",
+                 source_model="small", mid=2)
+    texts = sources([count, booked], {"small"}, question="On which day is my car service appointment?")
+    assert grounded("26 January 2027", texts, 0.5) is False
+    assert grounded("4 May 2024", texts, 0.5) is True
