@@ -36,6 +36,11 @@ class RouterConfig:
     # numbers always). Applies to members that use memory.
     grounding: str = "memory"
     grounding_share: float = 0.5
+    # Whether an escalation's memory block shows the replies cheaper tiers stored. Off: only the
+    # user's turns and the replies of this tier or stronger ones, so a small model's wrong answer
+    # ("How much is the emergency fund target? / A: RS-7316", a gate code) is not copied by the
+    # tier asked because the small one was unsure (seed 18; docs/BENCHMARKS.md).
+    cheaper_replies: bool = False
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     # memory_dates: auto | all | relative | none; auto drops the labels a question asking a

@@ -43,13 +43,16 @@ class MemoryLayout:
     ``order``: chronological (oldest first, so a change reads after the value it replaces),
     relevance (retrieval rank) or newest_first (a small model leans on what it reads first: the
     latest statement leads); ``today``: the question's date heads the block; ``latest_wins``:
-    one instruction that the newest wins; ``position``: where the block goes (module doc)."""
+    one instruction that the newest wins; ``position``: where the block goes (module doc);
+    ``replies_hidden_from``: models whose stored replies this prompt leaves out (an escalation's:
+    the cheaper tiers', :meth:`for_tier`)."""
 
     dates: str = "auto"
     order: str = "chronological"
     today: bool = False
     latest_wins: bool = False
     position: str = "system"
+    replies_hidden_from: frozenset[str] = frozenset()
 
     def header(self, now: float | None) -> str:
         lines = []
@@ -64,8 +67,13 @@ class MemoryLayout:
         """This layout with ``dates="auto"`` resolved for ``question``."""
         return replace(self, dates=dates_for(self.dates, question))
 
+    def for_tier(self, cheaper: frozenset[str]) -> MemoryLayout:
+        """This layout for a tier above models ``cheaper``: their replies left out."""
+        return replace(self, replies_hidden_from=cheaper)
+
     def line(self, hit: RetrievalHit) -> str:
-        return memory_line(hit, shows_date(self.dates, hit.memory))
+        hidden = bool(hit.memory.source_model) and hit.memory.source_model in self.replies_hidden_from
+        return memory_line(hit, shows_date(self.dates, hit.memory), reply=not hidden)
 
 
 _BOOL_DATES = {"true": "all", "false": "none"}  # the switch was a bool before "auto"
@@ -88,13 +96,13 @@ def memory_layout(cfg: RouterConfig) -> MemoryLayout:
                         position=cfg.memory_position)
 
 
-def memory_line(hit: RetrievalHit, dates: bool = True) -> str:
+def memory_line(hit: RetrievalHit, dates: bool = True, reply: bool = True) -> str:
     """One memory: ``[date] Q: ... / A: ...``; a reply the prompt does not show (a change
-    statement's, ``memory_view.shown_reply``) is left out."""
+    statement's, ``memory_view.shown_reply``; any, ``reply=False``) is left out."""
     text = hit.memory.text
     question, answer = split_memory_text(text)
     date = text[: text.index("] ") + 2] if dates and text.startswith("[") and "] " in text else ""
-    if answer and not shown_reply(hit.memory):
+    if answer and (not reply or not shown_reply(hit.memory)):
         return f"- {date}Q: {question}"
     return f"- {text}" if dates else f"- Q: {question} / A: {answer}"
 

@@ -42,8 +42,8 @@ from memroute.routing.live import LiveHooks, live_result, streams
 from memroute.routing.members import Pending, Prompt
 from memroute.routing.request import RouteRequest, Tier, turn_pair_of
 from memroute.routing.router_settings import calibrator_for, check_router_settings
-from memroute.routing.prompt import (build_messages, history_within, memory_layout,
-                                     select_within_budget)
+from memroute.routing.prompt import (MemoryLayout, build_messages, history_within,
+                                     memory_layout, select_within_budget)
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
 from memroute.text.clip import clip_utf8
 from memroute.text.turn_kind import asks_something
@@ -114,6 +114,15 @@ class Router:
         self.untrusted = [frozenset(ids[: t + 1]) for t in range(len(ids))]
 
     # -- public API -------------------------------------------------------------------------
+
+    def layout_for(self, t: int, query: str | None) -> MemoryLayout:
+        """The memory block's layout for tier ``t`` answering ``query``: dates resolved for the
+        question, and above the first tier the cheaper tiers' replies left out unless
+        ``router.cheaper_replies``."""
+        layout = self.layout.for_question(query)
+        if t > 0 and not self.cfg.cheaper_replies:
+            layout = layout.for_tier(self.untrusted[t - 1])
+        return layout
 
     def route(self, user_id: str, query: str, **kw: object) -> RouteResult:
         return self.route_many([RouteRequest(user_id, query, **kw)])[0]  # type: ignore[arg-type]
@@ -230,7 +239,7 @@ class Router:
         _, block = select_facts(facts or (), budget, backend.count_text_tokens, _now(req))
         if block:
             budget -= backend.count_text_tokens(block) + 1  # +1: the blocks' separator
-        now, layout = _now(req), self.layout.for_question(req.query)
+        now, layout = _now(req), self.layout_for(t, req.query)
         chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)
         messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block,
                                   layout=layout, now=now)

@@ -267,3 +267,24 @@ def test_a_date_question_is_not_on_the_subject_of_another_days_question():
     texts = sources([count, booked], {"small"}, question="On which day is my car service appointment?")
     assert grounded("26 January 2027", texts, 0.5) is False
     assert grounded("4 May 2024", texts, 0.5) is True
+
+
+def test_an_escalation_does_not_see_the_cheaper_tiers_replies():
+    # Seed 18: the 0.5B's "RS-7316" (a gate code) for the emergency fund target was stored, and
+    # the 1.5B, asked because the 0.5B was unsure the next time, copied it from that memory.
+    wrong = TurnPair("alice", "s1", 0, "How much is the emergency fund target?", "RS-7316",
+                     MAY_8 - 86400, source_model="small")
+    fund = TurnPair("alice", "s1", 1, "We set the emergency fund target at $39,500.", "Noted",
+                    MAY_8 - 2 * 86400, source_model="large")
+    router, small, large = make("I am not sure", memories=[wrong, fund])
+    small.logprob = -3.0  # unsure: escalates
+    res = router.route("alice", "Remind me, how much is the emergency fund target?",
+                       session_time=MAY_8)
+    assert res.decision.answered_tier == 1
+    assert "RS-7316" in small.prompts[0][0].content        # the small tier sees its own reply
+    escalation = large.prompts[0][0].content
+    assert "How much is the emergency fund target?" in escalation and "RS-7316" not in escalation
+    assert "$39,500. / A: Noted" in escalation               # a stronger tier's reply stays
+    router.cfg.cheaper_replies = True
+    router.route("alice", "Remind me, how much is the emergency fund target?", session_time=MAY_8)
+    assert "RS-7316" in large.prompts[1][0].content

@@ -39,7 +39,7 @@ def test_injection_hash_changes_with_the_memory_header(monkeypatch):
 
 def test_injection_hash_changes_with_the_memory_line_format(monkeypatch):
     before = mf.injection_template_sha256()
-    monkeypatch.setattr(injection, "memory_line", lambda hit, dates=True: f"* {hit.memory.text}")
+    monkeypatch.setattr(injection, "memory_line", lambda hit, dates=True, reply=True: f"* {hit.memory.text}")
     assert mf.injection_template_sha256() != before
 
 

@@ -85,7 +85,8 @@ def test_each_step_is_attributed_exactly_to_the_token(variant):
         assert answering.input_tokens == backend.count_tokens(res.messages)
         assert answering.output_tokens == backend.count_text_tokens(res.answer)
         memories = res.decision.memories
-        block = render_memory_block(memories, router.layout, float(row["session_time"]))
+        layout = router.layout_for(res.decision.answered_tier, row["query"])
+        block = render_memory_block(memories, layout, float(row["session_time"]))
         assert answering.injected_tokens == (backend.count_text_tokens(block) if memories else 0)
         assert row["memory_block_tokens"] == row["answer_injected_tokens"]
         assert row["total_tokens"] == (row["base_tokens"] + row["injected_tokens"]

@@ -139,7 +139,7 @@ def step_row(variant: Variant, workflow: Workflow, k: int, req: RouteRequest, re
     tier = result.decision.answered_tier
     memories = result.decision.memories
     now = float(req.session_time or 0)
-    layout = router.layout.for_question(req.query)
+    layout = router.layout_for(tier, req.query)
     block = render_memory_block(memories, layout, now) if memories else ""
     answering = next((c for c in calls if c.accepted), calls[-1])
     base, injected, hist, out = (sum(getattr(c, f) for c in calls) for f in
