@@ -10,8 +10,9 @@ The rule here asks where the answer's words come from. A lower tier's answer to 
 accepted only when one trusted source holds every number and code of the answer and at least
 ``share`` of its words. Trusted sources:
 
-- the user's own turn of each injected memory; a question or request in it only for a question
-  on its subject ("24 January 2029: which day of the week is that?" holds no grandmother's birthday);
+- the user's own turn of each injected memory, for a question on its subject (one shared subject
+  word): "24 January 2029: which day of the week is that?" holds no grandmother's birthday, and
+  "I changed my building gate code, it's RS-7316 now." no emergency fund target (seed 18);
 - the assistant turn of a memory, as the prompt shows it (``memory_view.shown_reply``), that a
   *stronger* tier (or no tier: an ingested history) produced. A tier's own past answers, and
   those of tiers cheaper than it, are not evidence: they are what a wrong answer would have left.
@@ -30,10 +31,10 @@ import functools
 import re
 from collections.abc import Collection, Iterable, Sequence
 
-from memroute.memory.supersession import split_memory_text, statement_part
+from memroute.memory.supersession import split_memory_text
 from memroute.routing.memory_view import shown_reply
 from memroute.text.tokenize import unigrams
-from memroute.text.turn_kind import ASKING_OPENINGS, asks_something
+from memroute.text.turn_kind import ASKING_OPENINGS
 from memroute.types import Message, RetrievalHit
 
 GROUNDING_MODES = ("off", "memory")
@@ -41,8 +42,8 @@ GROUNDING_MODES = ("off", "memory")
 
 def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
             extra: Iterable[str] = (), question: str | None = None) -> list[str]:
-    """The texts an answer may be read from: each memory's user turn (given ``question``, the
-    questions in it only when on its subject), its assistant turn unless one of
+    """The texts an answer may be read from: each memory's user turn (given ``question``, only
+    when on its subject), its assistant turn unless one of
     ``untrusted_models`` wrote it (or, given ``question``, a model wrote it for a question on
     another subject), then ``extra`` (facts block, client turns)."""
     out: list[str] = []
@@ -50,25 +51,14 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
     for h in hits:
         asked, answer = split_memory_text(h.memory.text)[0], shown_reply(h.memory)
         on_subject = subject is None or bool(subject & subject_words(asked))
-        stated = asked if on_subject else told(asked)
-        if stated:
-            out.append(stated)
+        if on_subject:
+            out.append(asked)
         if not answer or h.memory.source_model in untrusted_models:
             continue
         if on_subject or not h.memory.source_model:
             out.append(answer)
     out.extend(t for t in extra if t)
     return out
-
-
-_SENTENCES = re.compile(r"(?<=[.!?])\s+(?=\S)")
-
-
-def told(user_turn: str) -> str:
-    """The sentences of a user turn that only tell: not questions, not requests ("Count the
-    days from 9 October 2026 to 26 January 2027." holds no date of the user's)."""
-    return " ".join(s for s in _SENTENCES.split(statement_part(user_turn))
-                    if not asks_something(s))
 
 
 # Words any question may share with another without being about the same thing ("On which

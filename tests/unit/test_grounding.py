@@ -181,7 +181,9 @@ def test_a_users_question_on_another_subject_is_no_evidence():
     assert grounded("24 January 2029", texts, 0.5) is True
     said = hit("[3 March 2024] Q: My grandmother's birthday is on 6 December. Any gift ideas?")
     texts = sources([said], (), question="What is my car budget?")
-    assert grounded("6 December", texts, 0.5) is True    # a statement is evidence on any subject
+    assert grounded("6 December", texts, 0.5) is False   # a statement too: seed 18's RS-7316
+    texts = sources([said], (), question="When is my grandmother's birthday?")
+    assert grounded("6 December", texts, 0.5) is True
 
 
 def test_the_small_tiers_own_stored_answer_is_no_evidence_for_it():
