@@ -29,12 +29,7 @@ from memroute.retrieval.followup import retrieval_query
 from memroute.routing.calibrator import Calibrator
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.confidence_features import features as answer_features
-from memroute.routing.decoding import (
-    Decoding,
-    count_prompt,
-    decoding_for,
-    generate_grouped,
-)
+from memroute.routing.decoding import Decoding, count_prompt, decoding_for, generate_grouped
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
 from memroute.routing.grounding import client_texts, grounded, sources
 from memroute.routing.isolation import Steps, keep
@@ -47,15 +42,8 @@ from memroute.routing.prompt import (MemoryLayout, build_messages, history_withi
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
 from memroute.text.clip import clip_utf8
 from memroute.text.turn_kind import asks_something
-from memroute.types import (
-    CallRecord,
-    ModelReply,
-    RetrievalHit,
-    RouteDecision,
-    RouteResult,
-    TurnPair,
-    validate_user_id,
-)
+from memroute.types import (CallRecord, ModelReply, RetrievalHit, RouteDecision, RouteResult,
+                            TurnPair, validate_user_id)
 
 MAX_QUERY_BYTES = 8192  # what retrieval searches with (the store's VARCHAR and query limits)
 
