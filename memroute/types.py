@@ -89,6 +89,16 @@ class TurnPair:
         )
 
 
+# The source_model of a history loaded from a dataset (LoCoMo, LongMemEval): its replies are part
+# of the record, not answers a tier gave here.
+DATASET_SOURCE = "dataset"
+
+
+def replied_here(source_model: str) -> bool:
+    """Whether a stored reply is one a tier gave (not an ingested history's, not a dataset's)."""
+    return source_model not in ("", DATASET_SOURCE)
+
+
 @dataclass(frozen=True)
 class Memory:
     """A stored turn-pair as read back from the store."""

@@ -19,7 +19,7 @@ from typing import Any
 from memroute.datasets.parsing import DatasetError, Where, read_json
 from memroute.datasets.records import QA, Conversation, PairRecord, Session, Turn
 from memroute.errors import InvalidRequest
-from memroute.types import TurnPair, validate_user_id
+from memroute.types import DATASET_SOURCE, TurnPair, validate_user_id
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +286,7 @@ def turn_pairs(conv: Conversation, *, user_id: str | None = None) -> list[PairRe
                 user_text=first.render(),
                 assistant_text=second.render() if second else "",
                 session_time=session.date_time,
-                source_model="dataset",
+                source_model=DATASET_SOURCE,
                 created_at=float(session.date_time),
             )
             dia = (first.dia_id,) if second is None else (first.dia_id, second.dia_id)

@@ -26,7 +26,7 @@ from typing import Any
 from memroute.datasets.parsing import DatasetError, Where, read_json
 from memroute.datasets.records import LMEPairRecord, LMEQuestion, LMETurn
 from memroute.errors import InvalidRequest
-from memroute.types import USER_ID_RE, TurnPair, stable_id, validate_user_id
+from memroute.types import DATASET_SOURCE, USER_ID_RE, TurnPair, stable_id, validate_user_id
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ def lme_turn_pairs(q: LMEQuestion, *, user_id: str | None = None) -> list[LMEPai
                 user_text=user_text,
                 assistant_text=asst_text,
                 session_time=epoch,
-                source_model="dataset",
+                source_model=DATASET_SOURCE,
                 created_at=float(epoch),
             )
             has_answer = bool((user and user.has_answer) or (asst and asst.has_answer))

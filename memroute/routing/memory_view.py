@@ -22,7 +22,7 @@ evidence"):
   no task): the 0.5B acknowledged "Note this down: my locker code is ZY-1685." with
   "Octavia Castellano", a name from its memory block, and a later "When is my eye exam?" got
   that name back (seed 17). A task's reply ("Draft a short message to ...") is kept: it is
-  the work a later step reads.
+  the work a later step reads; so is a dataset's reply (LoCoMo's second speaker is a person).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import re
 
 from memroute.memory.supersession import adds_values, contradicts_itself, split_memory_text
 from memroute.text.turn_kind import only_states
-from memroute.types import Memory
+from memroute.types import Memory, replied_here
 
 DATE_MODES = ("auto", "all", "relative", "none")
 
@@ -76,6 +76,7 @@ def shown_reply(memory: Memory) -> str:
     by_model = bool(memory.source_model)
     if answer and contradicts_itself(question, answer, any_kind=by_model):
         return ""
-    if answer and by_model and only_states(question) and adds_values(question, answer):
+    if (answer and replied_here(memory.source_model) and only_states(question)
+            and adds_values(question, answer)):
         return ""
     return answer

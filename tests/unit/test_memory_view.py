@@ -122,3 +122,12 @@ def test_a_models_reply_adding_a_value_to_a_statement_of_fact_is_not_shown():
     assert shown_reply(memory(asked, "Octavia Castellano")) == "Octavia Castellano"
     line = MemoryLayout().line(hit(f"[2 March 2024] Q: {note} / A: Octavia Castellano", "small"))
     assert line == f"- [2 March 2024] Q: {note}"
+
+
+def test_a_datasets_reply_to_a_statement_is_shown():
+    # LoCoMo's pairs are two people talking (source_model "dataset"): the second speaker's
+    # reply is part of the record, whatever values it adds.
+    talk = Memory(1, "conv-26", "[8 May 2023] Q: Caroline: I went to the support group on "
+                                "7 May. / A: Melanie: I painted a sunrise in 2022!", 0,
+                  source_model="dataset")
+    assert shown_reply(talk) == "Melanie: I painted a sunrise in 2022!"
