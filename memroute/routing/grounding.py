@@ -79,6 +79,14 @@ def subject_words(text: str) -> frozenset[str]:
     return frozenset(unigrams(text, stem=True)) - _asking()
 
 
+def on_subject(hits: Sequence[RetrievalHit], question: str) -> list[RetrievalHit]:
+    """The memories that share a subject word with ``question`` (in either turn): what an
+    escalation reads (``router.escalation_memories=subject``)."""
+    subject = subject_words(question)
+    return [h for h in hits if subject & subject_words(h.memory.text.partition("] ")[2]
+                                                       or h.memory.text)]
+
+
 def client_texts(history: Sequence[Message], tail: Sequence[Message]) -> list[str]:
     """What the client itself sent besides the question: its earlier turns and tool results."""
     return [m.content for m in (*history, *tail) if m.content]

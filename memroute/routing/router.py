@@ -31,7 +31,7 @@ from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import Decoding, count_prompt, decoding_for, generate_grouped
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
-from memroute.routing.grounding import client_texts, grounded, sources
+from memroute.routing.grounding import client_texts, grounded, on_subject, sources
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.live import LiveHooks, live_result, streams
 from memroute.routing.members import Pending, Prompt
@@ -227,6 +227,8 @@ class Router:
         _, block = select_facts(facts or (), budget, backend.count_text_tokens, _now(req))
         if block:
             budget -= backend.count_text_tokens(block) + 1  # +1: the blocks' separator
+        if t > 0 and self.cfg.escalation_memories == "subject" and asks_something(req.query):
+            hits = on_subject(hits, req.query)
         now, layout = _now(req), self.layout_for(t, req.query)
         chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)
         messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block,

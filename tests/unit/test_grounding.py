@@ -290,3 +290,22 @@ def test_an_escalation_does_not_see_the_cheaper_tiers_replies():
     router.cfg.cheaper_replies = True
     router.route("alice", "Remind me, how much is the emergency fund target?", session_time=MAY_8)
     assert "RS-7316" in large.prompts[1][0].content
+
+
+def test_an_escalation_reads_only_memories_on_the_questions_subject():
+    sister = TurnPair("alice", "s1", 0, "My sister is in Tbilisi now.", "Noted", MAY_8 - 86400,
+                      source_model="large")
+    squared = TurnPair("alice", "s1", 1, "What is 48 squared?", "2304", MAY_8 - 3600,
+                       source_model="large")
+    router, small, large = make("I am not sure", memories=[sister, squared])
+    small.logprob = -3.0  # unsure: escalates
+    router.route("alice", "What is 76 squared?", session_time=MAY_8)
+    assert "Tbilisi" in small.prompts[0][0].content          # the probe reads everything
+    assert "Tbilisi" in large.prompts[0][0].content          # "all" (the default): everything
+    router.cfg.escalation_memories = "subject"
+    router.route("alice", "What is 76 squared?", session_time=MAY_8 + 60)
+    escalation = large.prompts[-1][0].content
+    assert "48 squared" in escalation and "Tbilisi" not in escalation
+    router.route("alice", "Which city does my sister live in?", session_time=MAY_8 + 120)
+    escalation = large.prompts[-1][0].content
+    assert "Tbilisi" in escalation and "48 squared" not in escalation
