@@ -41,10 +41,11 @@ class RouterConfig:
     # ("How much is the emergency fund target? / A: RS-7316", a gate code) is not copied by the
     # tier asked because the small one was unsure (seed 18; docs/BENCHMARKS.md).
     cheaper_replies: bool = False
-    # Which retrieved memories an escalation reads: "all", or "subject": those sharing a subject
-    # word with the question (memroute/routing/grounding.py::on_subject). A general question
-    # ("What is 76 squared?") escalates with five unrelated memories otherwise.
-    escalation_memories: str = "all"
+    # Which retrieved memories an escalation reads: "subject" (default): those sharing a subject
+    # word with the question (memroute/routing/grounding.py::on_subject), or "all". A general
+    # question ("What is 76 squared?") escalated with five unrelated memories: "subject" cost
+    # 0.76-0.79x at -0.7 to -1.7 F1 on three replay traces (docs/BENCHMARKS.md).
+    escalation_memories: str = "subject"
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     # memory_dates: auto | all | relative | none; auto drops the labels a question asking a

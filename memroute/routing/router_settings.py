@@ -12,6 +12,9 @@ from memroute.routing.decoding import check_probe_decoding
 from memroute.routing.grounding import GROUNDING_MODES
 
 
+ESCALATION_MEMORIES = ("subject", "all")  # router.escalation_memories
+
+
 def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None:
     if not 0.0 <= cfg.tau <= 1.0:
         raise InvalidRequest(f"router.tau must be in [0, 1], got {cfg.tau}", field="router.tau")
@@ -24,6 +27,10 @@ def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None
     if not 0.0 <= cfg.grounding_share <= 1.0:
         raise ConfigError(f"router.grounding_share must be in [0, 1], got "
                           f"{cfg.grounding_share}", field="router.grounding_share")
+    if cfg.escalation_memories not in ESCALATION_MEMORIES:
+        raise ConfigError(f"router.escalation_memories must be one of "
+                          f"{', '.join(ESCALATION_MEMORIES)}, got {cfg.escalation_memories!r}",
+                          field="router.escalation_memories")
     if retrieval.followup not in FOLLOWUP_MODES:
         raise ConfigError(f"retrieval.followup must be one of {', '.join(FOLLOWUP_MODES)}, got "
                           f"{retrieval.followup!r}", field="retrieval.followup")

@@ -215,7 +215,8 @@ def test_the_last_tier_is_recorded_but_never_refused():
     assert res.calls[1].accepted and res.calls[1].grounded is False
 
 
-@pytest.mark.parametrize("field, value", [("grounding", "retrieval"), ("grounding_share", 1.5)])
+@pytest.mark.parametrize("field, value", [("grounding", "retrieval"), ("grounding_share", 1.5),
+                                          ("escalation_memories", "some")])
 def test_a_bad_grounding_setting_names_its_field(field, value):
     with pytest.raises(ConfigError) as e:
         Router([Tier("small", FakeBackend("small"), Pricing(0.5))],
@@ -299,10 +300,11 @@ def test_an_escalation_reads_only_memories_on_the_questions_subject():
                        source_model="large")
     router, small, large = make("I am not sure", memories=[sister, squared])
     small.logprob = -3.0  # unsure: escalates
+    router.cfg.escalation_memories = "all"
     router.route("alice", "What is 76 squared?", session_time=MAY_8)
     assert "Tbilisi" in small.prompts[0][0].content          # the probe reads everything
-    assert "Tbilisi" in large.prompts[0][0].content          # "all" (the default): everything
-    router.cfg.escalation_memories = "subject"
+    assert "Tbilisi" in large.prompts[0][0].content          # "all": so does the escalation
+    router.cfg.escalation_memories = "subject"               # the default
     router.route("alice", "What is 76 squared?", session_time=MAY_8 + 60)
     escalation = large.prompts[-1][0].content
     assert "48 squared" in escalation and "Tbilisi" not in escalation
