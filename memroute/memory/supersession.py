@@ -49,11 +49,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from memroute.memory.values import Value, reply_text, values
 from memroute.text.tokenize import unigrams
 from memroute.types import Memory, RetrievalHit, TurnPair
 
 SUBJECT_SHARE = 0.75  # share of the update's subject words the older pair must mention
-SHORT_ANSWER_WORDS = 4  # up to this many words, an answer's first capitalised word is a name
 # Rule 5 (by meaning), measured on the tuning seeds of both benches (docs/BENCHMARKS.md):
 MEANING_MIN = 0.35  # cosine of the user turns' statements
 MEANING_MARGIN = 0.30  # ahead of the next most similar candidate by this much
@@ -88,38 +88,6 @@ _QUESTION_START = re.compile(
     r"^\s*(?:[\w' ]{0,40}?[:,]\s*)?(?:what|when|where|who|whom|whose|which|why|how|is|are|do|does|"
     r"did|can|could|would|will|should|remind me|tell me)\b", re.I)
 
-_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
-          r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
-_MONTHS_WORDS = frozenset("""january february march april may june july august september october
-    november december monday tuesday wednesday thursday friday saturday sunday""".split())
-_QUOTES = "'\"\u2018\u2019\u201c\u201d"
-# (kind, pattern); earlier kinds claim their span first.
-_VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("money", re.compile(r"[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmM]\b)?")),
-    ("date", re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b(?:,?\s+\d{{4}})?"
-                        rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}})?", re.I)),
-    ("time", re.compile(r"\b\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)(?!\w)"
-                        r"|\b\d{1,2}:\d{2}\b", re.I)),
-    # A quoted title: 'The Silent Archive', "Dune" (before codes: a title may hold a number).
-    ("title", re.compile(r"(?<!\w)['\"\u2018\u201c][A-Z][^'\"\u2019\u201d\n]{0,60}?['\"\u2019\u201d](?!\w)")),
-    ("code", re.compile(r"\b[\w-]*\d[\w-]*\b")),
-    # Capitalised words inside a sentence (not the first word of one): names, places, vendors.
-    ("name", re.compile(r"(?<=[\w,;:)] )[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")),
-)
-
-
-# Capitalised words that open a reply or a clause without naming anything.
-_NOT_NAMES = frozenset("""i q a noted yes no sure ok okay got thanks thank great sounds it its
-    your you the that this we our my an of cool nice lovely what done perfect understood alright
-    of course hello hi hey well so""".split())
-
-
-@dataclass(frozen=True)
-class Value:
-    kind: str  # money | date | time | title | code | name
-    norm: str  # lower-cased, spaces collapsed
-
-
 @dataclass(frozen=True)
 class Update:
     """What a change statement says: its subject words and the values it states."""
@@ -127,21 +95,6 @@ class Update:
     subject: frozenset[str]
     values: tuple[Value, ...]
 
-
-def values(text: str) -> tuple[tuple[Value, ...], str]:
-    """The value-shaped spans of ``text`` and the text with them cut out."""
-    found: list[Value] = []
-    rest = text
-    for kind, pattern in _VALUE_PATTERNS:
-        for m in pattern.finditer(rest):
-            span = m.group().strip().strip(_QUOTES)
-            if kind == "name":
-                span = " ".join(w for w in span.split() if w.lower() not in _MONTHS_WORDS)
-                if not span or span.split()[0].lower().strip("'") in _NOT_NAMES:
-                    continue
-            found.append(Value(kind, " ".join(span.lower().split())))
-        rest = pattern.sub(" ", rest)
-    return tuple(found), rest
 
 
 def _has(text: str, words: frozenset[str], phrases: Sequence[str]) -> bool:
@@ -196,13 +149,6 @@ def split_memory_text(text: str) -> tuple[str, str]:
     return question, answer
 
 
-def _answer_for_values(answer: str) -> str:
-    """A short answer's leading capital is a name ("Wombat.", "Clover, since May"): prefixed
-    so that :func:`values` reads it as inside a sentence; a long one's opens a sentence
-    ("Housing is the main cost ...")."""
-    return f"A: {answer}" if len(answer.split()) <= SHORT_ANSWER_WORDS else answer
-
-
 def states_old_value(update: Update, memory_text: str) -> bool:
     """Rules 3-4: the older pair is about the update's subject and holds a value it replaces."""
     return _about_subject(update, memory_text) and replaces_value(update, memory_text)
@@ -221,10 +167,10 @@ class _Read:
 @functools.lru_cache(maxsize=16384)
 def _read(memory_text: str) -> _Read:
     question, answer = split_memory_text(memory_text)
-    whole, rest = values(f"{question} {_answer_for_values(answer)}")
+    whole, rest = values(f"{question} {reply_text(answer)}")
     # a question asserts nothing ("Is Lisbon expensive to live in?"): only its answer can hold
     # the user's old value ("What is my locker code? / It's ZX-4471.")
-    old = whole if statement_part(question) else values(_answer_for_values(answer))[0]
+    old = whole if statement_part(question) else values(reply_text(answer))[0]
     held: dict[str, set[str]] = {}
     for v in old:
         held.setdefault(v.kind, set()).add(v.norm)
@@ -378,15 +324,7 @@ def contradicts_itself(question: str, answer: str, any_kind: bool = False) -> bo
         return False
     new, kinds = {v.norm for v in update.values}, {v.kind for v in update.values}
     return any((any_kind or v.kind in kinds) and v.norm not in new
-               for v in values(_answer_for_values(answer))[0])
-
-
-def adds_values(statement: str, answer: str) -> bool:
-    """``statement`` states a value and ``answer`` one it does not ("Note this down: my locker
-    code is ZY-1685." / "Octavia Castellano")."""
-    stated = {v.norm for v in values(statement)[0]}
-    return bool(stated) and any(v.norm not in stated
-                                for v in values(_answer_for_values(answer))[0])
+               for v in values(reply_text(answer))[0])
 
 
 POLICIES = ("exclude", "rank_below")

@@ -83,8 +83,7 @@ def on_subject(hits: Sequence[RetrievalHit], question: str) -> list[RetrievalHit
     """The memories that share a subject word with ``question`` (in either turn): what an
     escalation reads (``router.escalation_memories=subject``)."""
     subject = subject_words(question)
-    return [h for h in hits if subject & subject_words(h.memory.text.partition("] ")[2]
-                                                       or h.memory.text)]
+    return [h for h in hits if subject & subject_words(" ".join(split_memory_text(h.memory.text)))]
 
 
 def client_texts(history: Sequence[Message], tail: Sequence[Message]) -> list[str]:

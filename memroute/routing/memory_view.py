@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import re
 
-from memroute.memory.supersession import adds_values, contradicts_itself, split_memory_text
+from memroute.memory.supersession import contradicts_itself, split_memory_text
+from memroute.memory.values import adds_values
 from memroute.text.turn_kind import only_states
 from memroute.types import Memory, replied_here
 

@@ -72,8 +72,8 @@ class MemoryLayout:
         return replace(self, replies_hidden_from=cheaper)
 
     def line(self, hit: RetrievalHit) -> str:
-        hidden = bool(hit.memory.source_model) and hit.memory.source_model in self.replies_hidden_from
-        return memory_line(hit, shows_date(self.dates, hit.memory), reply=not hidden)
+        shown = hit.memory.source_model not in self.replies_hidden_from  # names, never ""
+        return memory_line(hit, shows_date(self.dates, hit.memory), reply=shown)
 
 
 _BOOL_DATES = {"true": "all", "false": "none"}  # the switch was a bool before "auto"

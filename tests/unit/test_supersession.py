@@ -11,8 +11,8 @@ from memroute.memory.supersession import (
     as_update,
     marks_for,
     superseded_by,
-    values,
 )
+from memroute.memory.values import values
 from memroute.types import RetrievalHit, TurnPair, memory_of
 
 T0 = 1_780_000_000
