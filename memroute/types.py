@@ -192,6 +192,7 @@ class CallRecord:
     # Whether the answer was read from a trusted source (memroute.routing.grounding); None: not
     # checked. A confident answer with False here escalated for that reason.
     grounded: bool | None = None
+    answer: str = ""  # the call's reply text: what a lower tier said before it escalated
 
     @property
     def input_tokens(self) -> int:

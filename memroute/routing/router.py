@@ -362,6 +362,7 @@ class Router:
                 cached_tokens=reply.cached_tokens,
                 ttft_s=reply.ttft_s,
                 grounded=g,
+                answer=reply.text,
             )
         )
         if not accepted:

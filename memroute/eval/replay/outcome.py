@@ -48,6 +48,7 @@ class Outcome:
     # A tier refused an answer that no trusted source held (router.grounding); its confidence
     # may also have been below tau
     ungrounded: bool = False
+    tier_answers: list[str] = field(default_factory=list)  # each call's answer, cheapest first
 
     @property
     def tokens_in(self) -> int:
@@ -105,6 +106,7 @@ def from_route_result(
         memory_ids=[str(h.memory.id) for h in d.memories],
         calls=len(result.calls),
         ungrounded=any(c.grounded is False and not c.accepted for c in result.calls),
+        tier_answers=[c.answer for c in result.calls],
     )
 
 
