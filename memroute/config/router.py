@@ -46,6 +46,11 @@ class RouterConfig:
     # question ("What is 76 squared?") escalated with five unrelated memories: "subject" cost
     # 0.76-0.79x at -0.7 to -1.7 F1 on three replay traces (docs/BENCHMARKS.md).
     escalation_memories: str = "subject"
+    # A question the user asked again, stored with the same answer each time: "collapse" keeps
+    # one copy among a request's memories (the most trusted; memroute/routing/repeats.py) and
+    # fills the freed places from further down the ranking; "escalation" does so only for the
+    # tiers above the first; "keep" injects every copy (memroute/routing/tier_memories.py).
+    repeats: str = "keep"
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     # memory_dates: auto | all | relative | none; auto drops the labels a question asking a

@@ -23,6 +23,11 @@ evidence"):
   "Octavia Castellano", a name from its memory block, and a later "When is my eye exam?" got
   that name back (seed 17). A task's reply ("Draft a short message to ...") is kept: it is
   the work a later step reads; so is a dataset's reply (LoCoMo's second speaker is a person).
+- **A model's reply that echoes the memory block** ("[2 March 2024] Q: Can you remind me: where
+  does my sister live? / A: Tbilisi" as the 0.5B's reply to "My sister moved again, to
+  Tbilisi"): 25 of the 0.5B's 54 replies to statements on seed 17. It says nothing the memories
+  do not, costs every later prompt that retrieves it its tokens, and mixes another pair's
+  question into this one.
 """
 
 from __future__ import annotations
@@ -71,13 +76,24 @@ def shows_date(mode: str, memory: Memory) -> bool:
     return mode in ("all", "auto") or (mode == "relative" and needs_date(memory.text))
 
 
+# A memory line's markup in a reply: it opens with "[date] Q:", or holds " Q: ... / A: ".
+_ECHO = re.compile(r"^\s*\[[^\]\n]{1,40}\]\s*Q:|(?:^|\s)Q: .*\s/ A:")
+
+
+def echoes_memory(reply: str) -> bool:
+    """A reply that copies a memory line of its prompt instead of answering."""
+    return bool(_ECHO.search(reply))
+
+
 def shown_reply(memory: Memory) -> str:
     """The memory's reply as a prompt shows it: empty when it is not shown (module doc)."""
     question, answer = split_memory_text(memory.text)
-    by_model = bool(memory.source_model)
-    if answer and contradicts_itself(question, answer, any_kind=by_model):
+    by_model = replied_here(memory.source_model)
+    if answer and by_model and echoes_memory(answer):
         return ""
-    if (answer and replied_here(memory.source_model) and only_states(question)
+    if answer and contradicts_itself(question, answer, any_kind=bool(memory.source_model)):
+        return ""
+    if (answer and by_model and only_states(question)
             and adds_values(question, answer)):
         return ""
     return answer

@@ -31,7 +31,7 @@ from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import Decoding, count_prompt, decoding_for, generate_grouped
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
-from memroute.routing.grounding import client_texts, grounded, on_subject, sources
+from memroute.routing.grounding import client_texts, grounded, sources
 from memroute.routing.isolation import Steps, keep
 from memroute.routing.live import LiveHooks, live_result, streams
 from memroute.routing.members import Pending, Prompt
@@ -39,7 +39,9 @@ from memroute.routing.request import RouteRequest, Tier, turn_pair_of
 from memroute.routing.router_settings import calibrator_for, check_router_settings
 from memroute.routing.prompt import (MemoryLayout, build_messages, history_within,
                                      memory_layout, select_within_budget)
+from memroute.routing.repeats import trust_by
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
+from memroute.routing.tier_memories import candidates_k, memories_for
 from memroute.text.clip import clip_utf8
 from memroute.text.turn_kind import asks_something
 from memroute.types import (CallRecord, ModelReply, RetrievalHit, RouteDecision, RouteResult,
@@ -100,6 +102,7 @@ class Router:
         # and the cheaper tiers (memroute.routing.grounding).
         ids = [t.backend.model_id for t in self.tiers]
         self.untrusted = [frozenset(ids[: t + 1]) for t in range(len(ids))]
+        self._trust = trust_by(ids)  # which of a repeated question's copies to keep
 
     # -- public API -------------------------------------------------------------------------
 
@@ -190,7 +193,7 @@ class Router:
         hits = self.retriever.retrieve_many(
             [requests[k].user_id for k in wanted],
             [clip_utf8(q, MAX_QUERY_BYTES) for q in queries],
-            top_k=self.retrieval.top_k,
+            top_k=candidates_k(self.retrieval.top_k, self.cfg.repeats),
         )
         for k, h in zip(wanted, hits, strict=True):
             out[k] = h
@@ -227,8 +230,9 @@ class Router:
         _, block = select_facts(facts or (), budget, backend.count_text_tokens, _now(req))
         if block:
             budget -= backend.count_text_tokens(block) + 1  # +1: the blocks' separator
-        if t > 0 and self.cfg.escalation_memories == "subject" and asks_something(req.query):
-            hits = on_subject(hits, req.query)
+        hits = memories_for(t, hits, req.query, top_k=self.retrieval.top_k,
+                            repeats=self.cfg.repeats, trust=self._trust,
+                            escalation_memories=self.cfg.escalation_memories)
         now, layout = _now(req), self.layout_for(t, req.query)
         chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)
         messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block,

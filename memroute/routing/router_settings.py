@@ -10,6 +10,7 @@ from memroute.routing.calibrator import Calibrator
 from memroute.routing.calibrator import load as load_calibrator
 from memroute.routing.decoding import check_probe_decoding
 from memroute.routing.grounding import GROUNDING_MODES
+from memroute.routing.tier_memories import REPEATS
 
 
 ESCALATION_MEMORIES = ("subject", "all")  # router.escalation_memories
@@ -31,6 +32,9 @@ def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None
         raise ConfigError(f"router.escalation_memories must be one of "
                           f"{', '.join(ESCALATION_MEMORIES)}, got {cfg.escalation_memories!r}",
                           field="router.escalation_memories")
+    if cfg.repeats not in REPEATS:
+        raise ConfigError(f"router.repeats must be one of {', '.join(REPEATS)}, got "
+                          f"{cfg.repeats!r}", field="router.repeats")
     if retrieval.followup not in FOLLOWUP_MODES:
         raise ConfigError(f"retrieval.followup must be one of {', '.join(FOLLOWUP_MODES)}, got "
                           f"{retrieval.followup!r}", field="retrieval.followup")

@@ -131,3 +131,22 @@ def test_a_datasets_reply_to_a_statement_is_shown():
                                 "7 May. / A: Melanie: I painted a sunrise in 2022!", 0,
                   source_model="dataset")
     assert shown_reply(talk) == "Melanie: I painted a sunrise in 2022!"
+
+
+def test_a_models_reply_echoing_the_memory_block_is_not_shown():
+    # Seed 17: the 0.5B answered "My sister moved again, to Tbilisi this time." with a line of
+    # its memory block, another pair's question included.
+    echo = "[3 March 2024] Q: Can you remind me: where does my sister live? / A: Tbilisi"
+    moved = "My sister moved again, to Tbilisi this time."
+
+    def memory(a, model="small", q=moved):
+        return Memory(1, "alice", f"[4 March 2024] Q: {q} / A: {a}", 0, source_model=model)
+
+    assert shown_reply(memory(echo)) == ""
+    assert shown_reply(memory(echo, q="Where does my sister live?")) == ""
+    assert shown_reply(memory("[5 March 2024] Q: Note this down: my mailbox code")) == ""
+    assert shown_reply(memory("Noted, she is in Tbilisi now.")) == "Noted, she is in Tbilisi now."
+    asked = "Where does my sister live?"
+    assert shown_reply(memory(echo, "dataset", asked)) == echo   # people may quote
+    line = MemoryLayout().line(hit(f"[4 March 2024] Q: {moved} / A: {echo}", "small"))
+    assert line == f"- [4 March 2024] Q: {moved}"
