@@ -28,15 +28,19 @@ evidence"):
   Tbilisi"): 25 of the 0.5B's 54 replies to statements on seed 17. It says nothing the memories
   do not, costs every later prompt that retrieves it its tokens, and mixes another pair's
   question into this one.
+- **A question whose reply is not shown** (``only_asks``): the line would read "Q: Sorry, I
+  forgot: which city does my sister live in?" and nothing else. Such lines are left out of the
+  block (``MemoryLayout.informs``); an escalation, which does not see the cheaper tiers'
+  replies, read up to three of them per request, each priced as the large model's input.
 """
 
 from __future__ import annotations
 
 import re
 
-from memroute.memory.supersession import contradicts_itself, split_memory_text
-from memroute.memory.values import adds_values
-from memroute.text.turn_kind import only_states
+from memroute.memory.supersession import contradicts_itself, split_memory_text, statement_part
+from memroute.memory.values import adds_values, values
+from memroute.text.turn_kind import asks_something, only_states
 from memroute.types import Memory, replied_here
 
 DATE_MODES = ("auto", "all", "relative", "none")
@@ -83,6 +87,12 @@ _ECHO = re.compile(r"^\s*\[[^\]\n]{1,40}\]\s*Q:|(?:^|\s)Q: .*\s/ A:")
 def echoes_memory(reply: str) -> bool:
     """A reply that copies a memory line of its prompt instead of answering."""
     return bool(_ECHO.search(reply))
+
+
+def only_asks(user_turn: str) -> bool:
+    """A user turn that asks and states no value of its own ("Sorry, I forgot: which city does
+    my sister live in?"; not "My gym raised my membership to $45. Is it still worth it?")."""
+    return asks_something(user_turn) and not values(statement_part(user_turn))[0]
 
 
 def shown_reply(memory: Memory) -> str:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from memroute.config.schema import RouterConfig
 from memroute.errors import ConfigError
 from memroute.memory.supersession import split_memory_text
-from memroute.routing.memory_view import DATE_MODES, dates_for, shown_reply, shows_date
+from memroute.routing.memory_view import (DATE_MODES, dates_for, only_asks, shown_reply,
+                                          shows_date)
 from memroute.types import Message, RetrievalHit, chronological_key, format_session_date
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
@@ -75,6 +76,13 @@ class MemoryLayout:
         shown = hit.memory.source_model not in self.replies_hidden_from  # names, never ""
         return memory_line(hit, shows_date(self.dates, hit.memory), reply=shown)
 
+    def informs(self, hit: RetrievalHit) -> bool:
+        """False for a memory this layout would show as a bare question: its reply hidden
+        (another tier's, or ``shown_reply``'s rules) and its user turn only asking."""
+        question, answer = split_memory_text(hit.memory.text)
+        hidden = hit.memory.source_model in self.replies_hidden_from or not shown_reply(hit.memory)
+        return not (answer and hidden and only_asks(question))
+
 
 _BOOL_DATES = {"true": "all", "false": "none"}  # the switch was a bool before "auto"
 
@@ -116,6 +124,7 @@ def select_within_budget(
     Walks the ranking in order and skips a memory that does not fit (a shorter, lower-ranked
     one may still fit), then checks the exact token count of the final block.
     """
+    hits = [h for h in hits if layout.informs(h)]  # a bare question tells a tier nothing
     if budget_tokens <= 0 or not hits:
         return []
     chosen: list[RetrievalHit] = []

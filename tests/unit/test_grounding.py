@@ -286,7 +286,8 @@ def test_an_escalation_does_not_see_the_cheaper_tiers_replies():
     assert res.decision.answered_tier == 1
     assert "RS-7316" in small.prompts[0][0].content        # the small tier sees its own reply
     escalation = large.prompts[0][0].content
-    assert "How much is the emergency fund target?" in escalation and "RS-7316" not in escalation
+    assert "RS-7316" not in escalation
+    assert "How much is the emergency fund target?" not in escalation  # a bare question: left out
     assert "$39,500. / A: Noted" in escalation               # a stronger tier's reply stays
     router.cfg.cheaper_replies = True
     router.route("alice", "Remind me, how much is the emergency fund target?", session_time=MAY_8)

@@ -5,7 +5,8 @@ import pytest
 from memroute.config import RouterConfig
 from memroute.errors import ConfigError
 from memroute.routing.memory_view import asks_stated_time, needs_date, shown_reply
-from memroute.routing.prompt import MemoryLayout, build_messages, memory_layout
+from memroute.routing.prompt import (MemoryLayout, build_messages, memory_layout,
+                                     select_within_budget)
 from memroute.types import Memory, RetrievalHit, TurnPair
 
 from .test_grounding import MAY_8, make
@@ -150,3 +151,21 @@ def test_a_models_reply_echoing_the_memory_block_is_not_shown():
     assert shown_reply(memory(echo, "dataset", asked)) == echo   # people may quote
     line = MemoryLayout().line(hit(f"[4 March 2024] Q: {moved} / A: {echo}", "small"))
     assert line == f"- [4 March 2024] Q: {moved}"
+
+
+def test_a_question_whose_reply_is_hidden_is_left_out_of_the_block():
+    def pair(i, q, a="Tbilisi", model="small"):
+        return hit(f"[{i} March 2024] Q: {q} / A: {a}", model, mid=i, t=i)
+
+    bare = pair(1, "Sorry, I forgot: which city does my sister live in? I keep forgetting.")
+    stated = pair(2, "My sister moved again, to Tbilisi this time.", "Noted")
+    mixed = pair(3, "My gym raised my membership to $45. Is it still worth it?", "Yes")
+    strong = pair(4, "Which city does my sister live in?", model="large")
+    echo = pair(5, "Where does my sister live?", "[1 March 2024] Q: Where is she? / A: Lyon",
+                model="large")
+    hits = [bare, stated, mixed, strong, echo]
+    escalation = MemoryLayout(replies_hidden_from=frozenset({"small"}))
+    kept = select_within_budget(hits, 1000, lambda t: len(t.split()), escalation)
+    assert kept == [stated, mixed, strong]                    # bare question and echo left out
+    assert select_within_budget(hits, 1000, lambda t: len(t.split())) == [bare, stated, mixed,
+                                                                          strong]
