@@ -9,12 +9,13 @@ question needs: "which city does my sister live in?" was escalated with three co
 answer, and the statement "My sister moved again, to Tbilisi" was not among its memories.
 
 Two question pairs are copies when their answers are the same words and their questions share
-``SUBJECT_OVERLAP`` of the shorter one's subject words (:func:`memroute.routing.grounding.subject_words`
-less conversational filler: "Can you remind me: in what city is my sister living? Thanks!" and
-"Hey, which city does my sister live in?" share city, sister, live; "Which city does my cousin
-live in?" shares two of its three and stays apart, Boise or not). Statements are never collapsed: each is
-the user's own evidence. Of a group the router keeps the copy from the most trusted source (the
-user's own history or a dataset, then the strongest tier, then the newest), at the rank of the
+``SUBJECT_OVERLAP`` of the shorter one's subject words
+(:func:`memroute.routing.grounding.subject_words` less conversational filler: "Can you remind
+me: in what city is my sister living? Thanks!" and "Hey, which city does my sister live in?"
+share city, sister, live; "Which city does my cousin live in?" shares two of its three and
+stays apart, Boise or not). Statements are never collapsed: each is the user's own evidence.
+Of a group the router keeps the copy from the most trusted source (the user's own history or a
+dataset, then the strongest tier, then the newest), at the rank of the
 group's best hit, so grounding reads the strongest tier's answer where there is one.
 """
 

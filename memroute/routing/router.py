@@ -191,10 +191,8 @@ class Router:
         queries = [retrieval_query(requests[k].query, requests[k].history,
                                    when=self.retrieval.followup) for k in wanted]
         hits = self.retriever.retrieve_many(
-            [requests[k].user_id for k in wanted],
-            [clip_utf8(q, MAX_QUERY_BYTES) for q in queries],
-            top_k=candidates_k(self.retrieval.top_k, self.cfg.repeats),
-        )
+            [requests[k].user_id for k in wanted], [clip_utf8(q, MAX_QUERY_BYTES) for q in queries],
+            top_k=candidates_k(self.retrieval.top_k, self.cfg.repeats))
         for k, h in zip(wanted, hits, strict=True):
             out[k] = h
         return out
