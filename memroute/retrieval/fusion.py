@@ -118,21 +118,25 @@ def get_score_norm(name: str) -> ScoreNorm:
 def weighted(
     dense: Ranked, sparse: Ranked, cfg: RetrievalConfig, overlap: Mapping[int, float] | None = None
 ) -> list[FusedHit]:
-    """``alpha * dense + (1 - alpha) * bm25``, each leg normalized over its own candidates by
-    ``cfg.score_norm``.
+    """``alpha * dense + (1 - alpha) * bm25``, each leg normalized by ``cfg.score_norm`` over
+    all the candidates of both legs.
 
-    An id missing from a leg contributes 0 for that leg: the worst candidate under minmax, the
-    leg's average candidate under zscore (neither rewarded nor punished for the other leg's pick).
+    An id a leg did not return gets that leg's floor before normalizing: BM25 0 (it shares no
+    word with the question, or scored below every hit returned), the lowest cosine returned for
+    the dense leg. Normalizing over the leg's own hits only, a z-score put an absent id at the
+    leg's mean, above a hit that shared one word: "My grandfather just moved to Porto." ranked
+    under three landlord pairs BM25 did not find for "where does my grandfather live?" (the
+    2,000-request trace), and both tiers answered without it.
     """
     if not 0.0 <= cfg.alpha <= 1.0:
         raise ConfigError(f"alpha must be in [0, 1], got {cfg.alpha}", field="retrieval.alpha")
     norm = get_score_norm(cfg.score_norm)
     d, s = _leg(dense), _leg(sparse)
-    nd, ns = norm(d.score), norm(s.score)
-    fused = {
-        i: cfg.alpha * nd.get(i, 0.0) + (1.0 - cfg.alpha) * ns.get(i, 0.0)
-        for i in {*d.rank, *s.rank}
-    }
+    ids = {*d.rank, *s.rank}
+    dense_floor = min(d.score.values(), default=0.0)
+    nd = norm({i: d.score.get(i, dense_floor) for i in ids})
+    ns = norm({i: s.score.get(i, 0.0) for i in ids})
+    fused = {i: cfg.alpha * nd[i] + (1.0 - cfg.alpha) * ns[i] for i in ids}
     return _ranked(fused, d, s)
 
 

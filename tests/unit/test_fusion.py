@@ -53,48 +53,51 @@ def test_rrf_one_empty_leg_keeps_the_other_order():
 
 
 def test_weighted_min_max_arithmetic():
-    # dense .9 .8 .7 -> 1 .5 0 ; bm25 5 3 1 -> 1 .5 0 ; missing = 0
+    # A missing id gets the leg's floor: the lowest cosine returned, BM25 0.
+    # dense .9 .8 .7 (4: .7) -> 1 .5 0 0 ; bm25 5 3 1 (3: 0) -> 1 .6 .2 0
     h = by_id(fuse("weighted", DENSE, SPARSE, CFG))
-    assert h[1].score == pytest.approx(0.5 * 1 + 0.5 * 0)
+    assert h[1].score == pytest.approx(0.5 * 1 + 0.5 * 0.2)
     assert h[2].score == pytest.approx(0.5 * 0.5 + 0.5 * 1)
     assert h[3].score == pytest.approx(0.0)
-    assert h[4].score == pytest.approx(0.5 * 0.5)
+    assert h[4].score == pytest.approx(0.5 * 0.6)
     assert ids(fuse("weighted", DENSE, SPARSE, CFG)) == [2, 1, 4, 3]
     assert ids(fuse("weighted", DENSE, SPARSE, replace(CFG, alpha=0.8))) == [1, 2, 4, 3]
     h = by_id(fuse("weighted", DENSE, SPARSE, replace(CFG, alpha=0.8)))
-    assert h[1].score == pytest.approx(0.8) and h[2].score == pytest.approx(0.6)
-    assert h[4].score == pytest.approx(0.1)
+    assert h[1].score == pytest.approx(0.8 + 0.2 * 0.2) and h[2].score == pytest.approx(0.6)
+    assert h[4].score == pytest.approx(0.2 * 0.6)
 
 
-def test_weighted_single_candidate_normalizes_to_one():
+def test_weighted_one_candidate_per_leg():
+    # dense: 5 .3, 6 at the floor .3 -> tied, 1 each; bm25: 6 2.0 -> 1, 5 at 0 -> 0
     hits = fuse("weighted", [(5, 0.3)], [(6, 2.0)], replace(CFG, alpha=0.25))
-    assert [(h.id, h.score) for h in hits] == [(6, 0.75), (5, 0.25)]
+    assert [(h.id, h.score) for h in hits] == [(6, 1.0), (5, 0.25)]
+
+
+def _z(values: list[float]) -> list[float]:
+    return list((np.array(values) - np.mean(values)) / np.std(values))
 
 
 def test_weighted_z_score_arithmetic():
-    # dense .9 .8 .7 and bm25 5 3 1 both give z = +1.2247, 0, -1.2247; missing = 0 (the mean)
-    z = 1.5**0.5
+    # Over ids 1-4: dense .9 .8 .7 .7 (4 at the floor), bm25 1 5 0 3 (3 at 0).
     cfg = replace(CFG, score_norm="zscore")
+    zd, zs = _z([0.9, 0.8, 0.7, 0.7]), _z([1.0, 5.0, 0.0, 3.0])
     h = by_id(fuse("weighted", DENSE, SPARSE, cfg))
-    assert h[1].score == pytest.approx(0.5 * z - 0.5 * z)
-    assert h[2].score == pytest.approx(0.5 * 0 + 0.5 * z)
-    assert h[3].score == pytest.approx(-0.5 * z)
-    assert h[4].score == pytest.approx(0.0)
-    order = ids(fuse("weighted", DENSE, SPARSE, cfg))
-    assert order[0] == 2 and order[-1] == 3  # 1 and 4 score 0 up to rounding
-    tied = fuse("weighted", [(5, 0.3), (6, 0.3)], [(7, 2.0)], cfg)
+    for i in (1, 2, 3, 4):
+        assert h[i].score == pytest.approx(0.5 * zd[i - 1] + 0.5 * zs[i - 1])
+    assert ids(fuse("weighted", DENSE, SPARSE, cfg)) == [2, 1, 4, 3]
+    tied = fuse("weighted", [(5, 0.3), (6, 0.3)], [], cfg)
     assert all(h.score == 0.0 for h in tied)  # no spread: nothing stands out
 
 
-def test_z_score_lets_a_standout_hit_beat_a_flat_leg_minmax_would_not():
-    # Dense: memory 1 stands far above four look-alikes. BM25: five near-equal scores.
-    dense = [(1, 0.9), (2, 0.2), (3, 0.2), (4, 0.2), (5, 0.2)]
-    sparse = [(2, 3.0), (3, 2.9), (4, 2.8), (5, 2.7), (6, 2.6)]
-    minmax = replace(CFG, alpha=0.45, score_norm="minmax")
-    zscore = replace(CFG, alpha=0.45, score_norm="zscore")
-    assert ids(fuse("weighted", dense, sparse, minmax))[0] == 2  # 0.55 vs 0.45
-    top = fuse("weighted", dense, sparse, zscore)[0]
-    assert top.id == 1 and top.score == pytest.approx(0.45 * 2.0)  # z = (0.9 - 0.34) / 0.28
+@pytest.mark.parametrize("norm", ["minmax", "zscore"])
+def test_an_id_a_leg_did_not_return_ranks_below_that_legs_weakest_hit(norm):
+    # "where does my grandfather live?" (2,000-request trace): 12 is "My grandfather just moved
+    # to Porto." (one shared word), 13 a landlord pair BM25 did not find. Under z-scores an
+    # absent id used to count as the leg's mean, above 12's below-mean score, and 13 won.
+    dense = [(10, 0.52), (11, 0.49), (12, 0.37), (13, 0.21), (14, 0.20)]
+    sparse = [(10, 1.5), (11, 1.24), (15, 0.71), (12, 0.57)]
+    order = ids(fuse("weighted", dense, sparse, replace(CFG, alpha=0.45, score_norm=norm)))
+    assert order.index(12) < order.index(13) < order.index(14)
 
 
 def test_unknown_score_norm_names_the_field():
