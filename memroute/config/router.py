@@ -51,6 +51,13 @@ class RouterConfig:
     # fills the freed places from further down the ranking; "escalation" does so only for the
     # tiers above the first; "keep" injects every copy (memroute/routing/tier_memories.py).
     repeats: str = "keep"
+    # A question whose top_k memories hold no statement of the user's on its subject gets the
+    # best-ranked one among the further candidates in place of its last memory: on the
+    # 2,000-request trace, copies of the question itself ("Sorry, I forgot: which city does my
+    # brother live in? / A: Valencia") filled the top five, so the small tier's right answer
+    # had no trusted source and was escalated, and the large tier, which does not see the small
+    # one's replies, read nothing and invented one (memroute/routing/tier_memories.py).
+    statement_slot: bool = True
     # Time in the memory block (memroute.routing.prompt.MemoryLayout; ablation in BENCHMARKS):
     # each memory's date, oldest first (or by relevance), today's date, "the newest wins".
     # memory_dates: auto | all | relative | none; auto drops the labels a question asking a

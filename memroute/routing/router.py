@@ -192,7 +192,7 @@ class Router:
                                    when=self.retrieval.followup) for k in wanted]
         hits = self.retriever.retrieve_many(
             [requests[k].user_id for k in wanted], [clip_utf8(q, MAX_QUERY_BYTES) for q in queries],
-            top_k=candidates_k(self.retrieval.top_k, self.cfg.repeats))
+            top_k=candidates_k(self.retrieval.top_k, self.cfg.repeats, self.cfg.statement_slot))
         for k, h in zip(wanted, hits, strict=True):
             out[k] = h
         return out
@@ -230,7 +230,8 @@ class Router:
             budget -= backend.count_text_tokens(block) + 1  # +1: the blocks' separator
         hits = memories_for(t, hits, req.query, top_k=self.retrieval.top_k,
                             repeats=self.cfg.repeats, trust=self._trust,
-                            escalation_memories=self.cfg.escalation_memories)
+                            escalation_memories=self.cfg.escalation_memories,
+                            statement_slot=self.cfg.statement_slot)
         now, layout = _now(req), self.layout_for(t, req.query)
         chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)
         messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block,

@@ -1,13 +1,20 @@
 """Which of a request's retrieved memories each tier of the cascade reads.
 
-The retriever returns the request's candidates once: ``top_k`` of them, or twice that when
-copies of a repeated question may be collapsed (:mod:`memroute.routing.repeats`), so that what
-the copies leave is filled from further down the ranking. Then, per tier:
+The retriever returns the request's candidates once: twice ``top_k`` of them when a tier may
+read past the first ``top_k`` (copies collapsed, a statement's slot; else ``top_k``). Then, per
+tier:
 
 - ``router.repeats``: ``keep`` every copy; ``collapse`` them for every tier; ``escalation``:
   only for the tiers above the first. The 0.5B reads copies as votes: with one copy of "What's
   the code for my locker? / ZY-1685" left among five memories it answered with the gate code
   (seed 17), so the first tier may keep them while the tiers priced 30x read each once.
+- ``router.statement_slot``: a question whose memories hold no statement of the user's on its
+  subject gets the best-ranked such statement among the further candidates in place of its last
+  memory. Copies of the question crowd the statements out as a user asks again ("Sorry, I
+  forgot: which city does my brother live in? / A: Valencia" twice, "... brother's birthday?"
+  twice, above "My brother just moved to Valencia."), and a model's reply is no evidence for its
+  own tier or the ones above (:mod:`memroute.routing.grounding`): the small tier's right answer
+  was escalated, and the large tier, shown none of it, invented a city.
 - ``router.escalation_memories=subject``: an escalation of a question reads only the memories
   on its subject (:func:`memroute.routing.grounding.on_subject`).
 """
@@ -16,25 +23,49 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from memroute.routing.grounding import on_subject
+from memroute.memory.supersession import split_memory_text
+from memroute.routing.grounding import on_subject, subject_words
 from memroute.routing.repeats import collapse_repeats
-from memroute.text.turn_kind import asks_something
+from memroute.text.turn_kind import asks_something, only_states
 from memroute.types import Memory, RetrievalHit
 
 REPEATS = ("keep", "collapse", "escalation")  # router.repeats
 
 
-def candidates_k(top_k: int, repeats: str) -> int:
+def candidates_k(top_k: int, repeats: str, statement_slot: bool = False) -> int:
     """How many memories to retrieve for ``top_k`` to read."""
-    return top_k if repeats == "keep" else 2 * top_k
+    return top_k if repeats == "keep" and not statement_slot else 2 * top_k
 
 
 def memories_for(t: int, hits: Sequence[RetrievalHit], query: str, *, top_k: int, repeats: str,
-                 escalation_memories: str, trust: Callable[[Memory], int]) -> list[RetrievalHit]:
+                 escalation_memories: str, trust: Callable[[Memory], int],
+                 statement_slot: bool = False) -> list[RetrievalHit]:
     """What tier ``t`` (0: the first) reads of the retrieved ``hits`` for ``query``."""
     if repeats == "collapse" or (repeats == "escalation" and t > 0):
         hits = collapse_repeats(hits, trust)
     chosen = list(hits[:top_k])
-    if t > 0 and escalation_memories == "subject" and asks_something(query):
+    asks = asks_something(query)
+    if statement_slot and asks:
+        chosen = with_statement(chosen, hits[top_k:], query)
+    if t > 0 and escalation_memories == "subject" and asks:
         chosen = on_subject(chosen, query)
+    return chosen
+
+
+def states_on(hit: RetrievalHit, subject: frozenset[str]) -> bool:
+    """The memory's user turn states something (asks nothing) sharing a word of ``subject``."""
+    said = split_memory_text(hit.memory.text)[0]
+    return only_states(said) and bool(subject & subject_words(said))
+
+
+def with_statement(chosen: list[RetrievalHit], further: Sequence[RetrievalHit],
+                   query: str) -> list[RetrievalHit]:
+    """``chosen``, or, when none of it states something on ``query``'s subject, ``chosen`` with
+    its last memory replaced by the best-ranked of ``further`` that does."""
+    subject = subject_words(query)
+    if not chosen or any(states_on(h, subject) for h in chosen):
+        return chosen
+    for h in further:
+        if states_on(h, subject):
+            return [*chosen[:-1], h]
     return chosen

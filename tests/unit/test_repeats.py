@@ -56,14 +56,14 @@ def test_statements_are_never_collapsed():
     assert len(collapse_repeats(same, TRUST)) == 3
 
 
-def make(repeats, memories):
+def make(repeats, memories, statement_slot=False):
     small = FakeBackend("small", answer="Tbilisi", logprob=-0.05)
     large = FakeBackend("large", answer="Tbilisi", logprob=-0.05)
     retriever = FakeRetriever()
     retriever.remember(memories)
     router = Router(
         [Tier("small", small, Pricing(0.5)), Tier("large", large, Pricing(8.0))],
-        RouterConfig(tau=0.5, repeats=repeats, store_answers=False),
+        RouterConfig(tau=0.5, repeats=repeats, store_answers=False, statement_slot=statement_slot),
         RetrievalConfig(top_k=3, probe_token_budget=512, token_budget=512),
         retriever,
     )
@@ -107,3 +107,53 @@ def test_a_bad_setting_is_a_config_error_naming_it():
     with pytest.raises(ConfigError) as e:
         make("dedupe", [])
     assert e.value.field == "router.repeats"
+
+
+def sister_asked(model="small"):
+    return [TurnPair("alice", "s1", i, q, "Tbilisi", MAY_8 + i * 60, source_model=model)
+            for i, q in enumerate(["Which city does my sister live in?",
+                                   "Hey, which city does my sister live in?",
+                                   "Sorry, which city does my sister live in? Thanks!"])]
+
+
+MOVED = TurnPair("alice", "s1", 9, "My sister moved to Tbilisi.", "Noted", MAY_8 + 3600)
+
+
+def test_a_statement_on_the_subject_takes_the_last_place_copies_would_fill():
+    router, small = make("keep", [*sister_asked(), MOVED])
+    large = router.tiers[1].backend
+    res = router.route("alice", "which city does my sister live in?", session_time=MAY_8 + 7200)
+    assert "Tbilisi" in small.prompts[-1][0].content
+    assert res.decision.answered_tier == 1 and not large.prompts[-1][0].content.count("Q:")
+    # The small tier's own copies are no evidence for it, and the large one is shown none of
+    # them: without the user's statement the right answer was escalated and then invented.
+    router.cfg.statement_slot = True
+    res = router.route("alice", "which city does my sister live in?", session_time=MAY_8 + 7200)
+    prompt = small.prompts[-1][0].content
+    assert prompt.count("Tbilisi") == 3 and "moved to Tbilisi" in prompt
+    assert len(res.decision.memories) == 3 and res.decision.answered_tier == 0
+    small.logprob = -3.0  # unsure: the escalation reads the statement too
+    res = router.route("alice", "which city does my sister live in?", session_time=MAY_8 + 7200)
+    assert res.decision.answered_tier == 1 and "moved to Tbilisi" in large.prompts[-1][0].content
+
+
+@pytest.mark.parametrize("other", [
+    TurnPair("alice", "s1", 9, "My cousin moved to Tbilisi.", "Noted", MAY_8 + 3600),  # no shared word
+    TurnPair("alice", "s1", 9, "Did my sister move to Tbilisi?", "Yes", MAY_8 + 3600),  # asks
+])
+def test_only_a_statement_on_the_subject_takes_the_slot(other):
+    router, small = make("keep", [*sister_asked(), other], statement_slot=True)
+    router.route("alice", "which city does my sister live in?", session_time=MAY_8 + 7200)
+    assert small.prompts[-1][0].content.lower().count("which city does my sister") == 3
+
+
+def test_no_slot_for_a_turn_that_asks_nothing_or_one_already_holding_a_statement():
+    router, small = make("keep", [*sister_asked(), MOVED], statement_slot=True)
+    router.route("alice", "My sister loves her city.", session_time=MAY_8 + 7200)
+    assert "moved to Tbilisi" not in small.prompts[-1][0].content
+    on_top = TurnPair("alice", "s1", 8, "My sister lives in a city by the sea.", "Noted",
+                      MAY_8 + 1800)
+    router, small = make("keep", [*sister_asked()[:2], on_top, MOVED], statement_slot=True)
+    router.route("alice", "which city does my sister live in?", session_time=MAY_8 + 7200)
+    prompt = small.prompts[-1][0].content
+    assert "by the sea" in prompt and "moved to Tbilisi" not in prompt

@@ -119,7 +119,10 @@ def run_variant(
             for i, w in enumerate(workflows)
         ]
         for i, (req, result) in enumerate(zip(requests, router.route_many(requests))):
-            n = (retrieved or {}).get(req.user_id, 0) if variant.condition == "memory" else 0
+            # The router may retrieve more candidates than it reads (router.statement_slot):
+            # top_k of them are what a budget could leave out.
+            n = min((retrieved or {}).get(req.user_id, 0), router.retrieval.top_k) \
+                if variant.condition == "memory" else 0
             row = step_row(variant, workflows[i], k, req, result, router, prod_params_b, n)
             rows.append(row)
             if on_result is not None:
