@@ -20,8 +20,8 @@ accepted only when one trusted source holds every number and code of the answer 
   word): "5106", the answer to "What is 63 x 82?", does not ground "5106" as a renovation budget;
 - the facts block and the client's own turns (history, tool results).
 
-Not the memory's date label, and not the question itself: an echo of the question's numbers is
-not an answer. An answer with no kept word ("Yes.") is not judged here. Pure string work, no
+Not the memory's date label, and not the question itself: an answer of the question's own words
+is an echo, not an answer. An answer with no kept word ("Yes.") is not judged here. Pure string work, no
 model call: about 0.2 ms per answer against five memories.
 """
 
@@ -115,12 +115,19 @@ def terms(text: str) -> frozenset[str]:
     return frozenset(numbers | (words - _FORMAT_WORDS) | codes(text))
 
 
-def grounded(answer: str, texts: Sequence[str], share: float) -> bool | None:
+def grounded(answer: str, texts: Sequence[str], share: float,
+             question: str | None = None) -> bool | None:
     """True when one of ``texts`` holds every number and code of ``answer`` and at least
-    ``share`` of its terms; None when the answer has no term (nothing to check)."""
+    ``share`` of its terms; None when the answer has no term (nothing to check); False for an
+    answer made only of ``question``'s own terms: "Rabbit" for "what's our rabbit called?", or
+    "10 days" for "Count the days from 9 September 2021 to 10 January 2022." restate the
+    question, and the statement holding "rabbit" does not make them read (all 10 such 0.5B
+    answers on the 2,000-request trace were wrong, 5 of them accepted)."""
     kept = terms(answer)
     if not kept:
         return None
+    if question is not None and kept <= terms(question):
+        return False
     numbers = {t for t in kept if t.isdigit()} | codes(answer)
     need = share * len(kept)
     for text in texts:

@@ -378,7 +378,7 @@ class Router:
         if prompt.evidence is None:
             return None
         texts = sources(prompt.memories, self.untrusted[t], prompt.evidence, query)
-        return grounded(reply.text, texts, self.cfg.grounding_share)
+        return grounded(reply.text, texts, self.cfg.grounding_share, query)
 
     # -- streaming: memroute.routing.live -----------------------------------------------------
 

@@ -27,6 +27,19 @@ def test_the_memorys_date_label_is_no_source_for_a_date():
     assert grounded("It is on 8 May 2024.", texts, 0.5) is True
 
 
+def test_an_answer_of_the_questions_own_words_is_an_echo():
+    # seed 24: "Rabbit" for "what's our rabbit called?" was accepted, the statement holding
+    # "rabbit"; the 2,000-request trace: "10 days" for a count of days, both wrong.
+    texts = ["We named our new rabbit Sprocket."]
+    asked = "One more thing: what's our rabbit called? I keep forgetting."
+    assert grounded("Rabbit", texts, 0.5) is True  # without the question: read
+    assert grounded("Rabbit", texts, 0.5, question=asked) is False
+    assert grounded("Sprocket", texts, 0.5, question=asked) is True
+    assert grounded("10 days", ["10 days"], 0.5,
+                    question="Count the days from 9 September 2021 to 10 January 2022.") is False
+    assert grounded("Yes.", texts, 0.5, question=asked) is None  # nothing to check
+
+
 def test_every_number_must_come_from_one_source():
     texts = ["My car budget is $37,000.", "I bought the car in 2019."]
     assert grounded("Your car budget is $37,000.", texts, 0.5) is True
@@ -148,6 +161,14 @@ def test_a_grounded_confident_answer_stays_on_the_small_tier():
     res = router.route("alice", "when is my dentist appointment?", session_time=MAY_8 - 86400)
     assert res.decision.answered_tier == 0 and res.calls[0].grounded is True
     assert not large.prompts
+
+
+def test_the_router_escalates_an_echo_of_the_question():
+    rabbit = TurnPair("alice", "s1", 0, "We named our new rabbit Sprocket.", "Noted!",
+                      MAY_8 - 60 * 86400)
+    router, _, large = make("Rabbit", memories=[rabbit])
+    res = router.route("alice", "what's our rabbit called?", session_time=MAY_8 - 86400)
+    assert res.calls[0].grounded is False and res.decision.answered_tier == 1
 
 
 def test_the_large_tiers_stored_answer_lets_the_small_one_answer_the_repeat():
