@@ -109,6 +109,21 @@ def test_an_answer_that_restates_a_replaced_value_is_born_superseded():
     assert marks == {stale.id: (update.id, stale.session_time)}
 
 
+def test_a_statement_is_not_born_superseded_by_what_a_model_replied_to_it():
+    # seed 24: the 0.5B acknowledged a budget by echoing memory lines with the old landlord.
+    from memroute.memory.supersession import restated_marks
+
+    first = pair(0, "My landlord is Dagny Haddad.", "Noted.")
+    update = pair(1, "I have a new landlord now: Rosalind Holmberg.", "Noted.")
+    mems = {m.id: m for m in map(memory_of, (first, update))}
+    for old_id, (by, until) in marks_for([update], mems.values()).items():
+        mems[old_id] = replace(mems[old_id], superseded_by=by, valid_until=until)
+    budget = pair(2, "We set the renovation budget at $36,500.",
+                  "[7 March 2024] Q: My landlord is Dagny Haddad. / A: Dagny Haddad")
+    asked = pair(3, "Who is my landlord?", "My landlord is Dagny Haddad.")
+    assert restated_marks([budget, asked], mems.values()) == {asked.id: (update.id, asked.session_time)}
+
+
 def test_a_change_statement_is_shown_without_a_reply_that_contradicts_it():
     from memroute.routing.prompt import memory_line
 
