@@ -20,9 +20,9 @@ accepted only when one trusted source holds every number and code of the answer 
   word): "5106", the answer to "What is 63 x 82?", does not ground "5106" as a renovation budget;
 - the facts block and the client's own turns (history, tool results).
 
-Not the memory's date label, and not the question itself: an answer of the question's own words
-is an echo, not an answer. An answer with no kept word ("Yes.") is not judged here. Pure string work, no
-model call: about 0.2 ms per answer against five memories.
+Not the memory's date label, and not the question itself: an answer of the question's own
+words is an echo, not an answer. An answer with no kept word ("Yes.") is not judged here. Pure
+string work, no model call: about 0.2 ms per answer against five memories.
 """
 
 from __future__ import annotations

@@ -138,7 +138,8 @@ def test_a_statement_on_the_subject_takes_the_last_place_copies_would_fill():
 
 
 @pytest.mark.parametrize("other", [
-    TurnPair("alice", "s1", 9, "My cousin moved to Tbilisi.", "Noted", MAY_8 + 3600),  # no shared word
+    # another person: no shared subject word
+    TurnPair("alice", "s1", 9, "My cousin moved to Tbilisi.", "Noted", MAY_8 + 3600),
     TurnPair("alice", "s1", 9, "Did my sister move to Tbilisi?", "Yes", MAY_8 + 3600),  # asks
 ])
 def test_only_a_statement_on_the_subject_takes_the_slot(other):

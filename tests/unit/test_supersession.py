@@ -121,7 +121,8 @@ def test_a_statement_is_not_born_superseded_by_what_a_model_replied_to_it():
     budget = pair(2, "We set the renovation budget at $36,500.",
                   "[7 March 2024] Q: My landlord is Dagny Haddad. / A: Dagny Haddad")
     asked = pair(3, "Who is my landlord?", "My landlord is Dagny Haddad.")
-    assert restated_marks([budget, asked], mems.values()) == {asked.id: (update.id, asked.session_time)}
+    marks = restated_marks([budget, asked], mems.values())
+    assert marks == {asked.id: (update.id, asked.session_time)}
 
 
 def test_a_change_statement_is_shown_without_a_reply_that_contradicts_it():
