@@ -94,14 +94,20 @@ def test_policy_excludes_or_ranks_below():
     assert below[-1].memory.superseded_by == c.id
 
 
+def marked_memories(first, update):
+    """The user's memories after ``update`` superseded what it replaces, by id."""
+    mems = {m.id: m for m in map(memory_of, (first, update))}
+    for old_id, (by, until) in marks_for([update], mems.values()).items():
+        mems[old_id] = replace(mems[old_id], superseded_by=by, valid_until=until)
+    return mems
+
+
 def test_an_answer_that_restates_a_replaced_value_is_born_superseded():
     from memroute.memory.supersession import restated_marks
 
     first = pair(0, "My best friend just moved to Innsbruck.", "Noted.")
     update = pair(1, "My best friend moved again, to Lisbon this time.", "Noted.")
-    mems = {m.id: m for m in map(memory_of, (first, update))}
-    for old_id, (by, until) in marks_for([update], mems.values()).items():
-        mems[old_id] = replace(mems[old_id], superseded_by=by, valid_until=until)
+    mems = marked_memories(first, update)
     stale = pair(2, "Which city does my best friend live in?", "Innsbruck")
     right = pair(3, "Which city does my best friend live in?", "Lisbon")
     other = pair(4, "What is 17 times 3?", "51")
@@ -115,9 +121,7 @@ def test_a_statement_is_not_born_superseded_by_what_a_model_replied_to_it():
 
     first = pair(0, "My landlord is Dagny Haddad.", "Noted.")
     update = pair(1, "I have a new landlord now: Rosalind Holmberg.", "Noted.")
-    mems = {m.id: m for m in map(memory_of, (first, update))}
-    for old_id, (by, until) in marks_for([update], mems.values()).items():
-        mems[old_id] = replace(mems[old_id], superseded_by=by, valid_until=until)
+    mems = marked_memories(first, update)
     budget = pair(2, "We set the renovation budget at $36,500.",
                   "[7 March 2024] Q: My landlord is Dagny Haddad. / A: Dagny Haddad")
     asked = pair(3, "Who is my landlord?", "My landlord is Dagny Haddad.")
