@@ -46,6 +46,10 @@ class RouterConfig:
     # question ("What is 76 squared?") escalated with five unrelated memories: "subject" cost
     # 0.76-0.79x at -0.7 to -1.7 F1 on three replay traces (docs/BENCHMARKS.md).
     escalation_memories: str = "subject"
+    # The same choice for the first tier: "all" (default) reads every retrieved memory;
+    # "subject" only those on the question's subject. The 0.5B answers "What is my rabbit's
+    # name?" with the hamster's name when both are among its five memories.
+    first_tier_memories: str = "all"
     # A question the user asked again, stored with the same answer each time: "collapse" keeps
     # one copy among a request's memories (the most trusted; memroute/routing/repeats.py) and
     # fills the freed places from further down the ranking; "escalation" does so only for the

@@ -231,6 +231,7 @@ class Router:
         hits = memories_for(t, hits, req.query, top_k=self.retrieval.top_k,
                             repeats=self.cfg.repeats, trust=self._trust,
                             escalation_memories=self.cfg.escalation_memories,
+                            first_tier_memories=self.cfg.first_tier_memories,
                             statement_slot=self.cfg.statement_slot)
         now, layout = _now(req), self.layout_for(t, req.query)
         chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)

@@ -13,7 +13,7 @@ from memroute.routing.grounding import GROUNDING_MODES
 from memroute.routing.tier_memories import REPEATS
 
 
-ESCALATION_MEMORIES = ("subject", "all")  # router.escalation_memories
+ESCALATION_MEMORIES = ("subject", "all")  # router.escalation_memories, first_tier_memories
 
 
 def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None:
@@ -28,10 +28,10 @@ def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None
     if not 0.0 <= cfg.grounding_share <= 1.0:
         raise ConfigError(f"router.grounding_share must be in [0, 1], got "
                           f"{cfg.grounding_share}", field="router.grounding_share")
-    if cfg.escalation_memories not in ESCALATION_MEMORIES:
-        raise ConfigError(f"router.escalation_memories must be one of "
-                          f"{', '.join(ESCALATION_MEMORIES)}, got {cfg.escalation_memories!r}",
-                          field="router.escalation_memories")
+    for name in ("escalation_memories", "first_tier_memories"):
+        if getattr(cfg, name) not in ESCALATION_MEMORIES:
+            raise ConfigError(f"router.{name} must be one of {', '.join(ESCALATION_MEMORIES)}, "
+                              f"got {getattr(cfg, name)!r}", field=f"router.{name}")
     if cfg.repeats not in REPEATS:
         raise ConfigError(f"router.repeats must be one of {', '.join(REPEATS)}, got "
                           f"{cfg.repeats!r}", field="router.repeats")

@@ -16,7 +16,8 @@ tier:
   own tier or the ones above (:mod:`memroute.routing.grounding`): the small tier's right answer
   was escalated, and the large tier, shown none of it, invented a city.
 - ``router.escalation_memories=subject``: an escalation of a question reads only the memories
-  on its subject (:func:`memroute.routing.grounding.on_subject`).
+  on its subject (:func:`memroute.routing.grounding.on_subject`);
+  ``router.first_tier_memories=subject``: so does the first tier.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def candidates_k(top_k: int, repeats: str, statement_slot: bool = False) -> int:
 
 def memories_for(t: int, hits: Sequence[RetrievalHit], query: str, *, top_k: int, repeats: str,
                  escalation_memories: str, trust: Callable[[Memory], int],
-                 statement_slot: bool = False) -> list[RetrievalHit]:
+                 statement_slot: bool = False,
+                 first_tier_memories: str = "all") -> list[RetrievalHit]:
     """What tier ``t`` (0: the first) reads of the retrieved ``hits`` for ``query``."""
     if repeats == "collapse" or (repeats == "escalation" and t > 0):
         hits = collapse_repeats(hits, trust)
@@ -47,7 +49,7 @@ def memories_for(t: int, hits: Sequence[RetrievalHit], query: str, *, top_k: int
     asks = asks_something(query)
     if statement_slot and asks:
         chosen = with_statement(chosen, hits[top_k:], query)
-    if t > 0 and escalation_memories == "subject" and asks:
+    if asks and (escalation_memories if t > 0 else first_tier_memories) == "subject":
         chosen = on_subject(chosen, query)
     return chosen
 

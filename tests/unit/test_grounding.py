@@ -237,7 +237,8 @@ def test_the_last_tier_is_recorded_but_never_refused():
 
 
 @pytest.mark.parametrize("field, value", [("grounding", "retrieval"), ("grounding_share", 1.5),
-                                          ("escalation_memories", "some")])
+                                          ("escalation_memories", "some"),
+                                          ("first_tier_memories", "subject_only")])
 def test_a_bad_grounding_setting_names_its_field(field, value):
     with pytest.raises(ConfigError) as e:
         Router([Tier("small", FakeBackend("small"), Pricing(0.5))],
@@ -333,3 +334,17 @@ def test_an_escalation_reads_only_memories_on_the_questions_subject():
     router.route("alice", "Which city does my sister live in?", session_time=MAY_8 + 120)
     escalation = large.prompts[-1][0].content
     assert "Tbilisi" in escalation and "48 squared" not in escalation
+
+
+def test_the_first_tier_reads_only_memories_on_the_subject_when_set():
+    rabbit = TurnPair("alice", "s1", 0, "Our rabbit is called Fennel.", "Noted", MAY_8 - 86400,
+                      source_model="large")
+    hamster = TurnPair("alice", "s1", 1, "What is our hamster called?", "Waffles", MAY_8 - 3600,
+                       source_model="large")
+    router, small, _ = make("Fennel", memories=[rabbit, hamster])
+    router.route("alice", "What is my rabbit's name?", session_time=MAY_8)
+    assert "Waffles" in small.prompts[0][0].content          # the default: "all"
+    router.cfg.first_tier_memories = "subject"
+    router.route("alice", "What is my rabbit's name?", session_time=MAY_8 + 60)
+    probe = small.prompts[-1][0].content
+    assert "Fennel" in probe and "Waffles" not in probe
