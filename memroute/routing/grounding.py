@@ -20,6 +20,12 @@ accepted only when one trusted source holds every number and code of the answer 
   word): "5106", the answer to "What is 63 x 82?", does not ground "5106" as a renovation budget;
 - the facts block and the client's own turns (history, tool results).
 
+``router.grounding=closest`` keeps, of the memories' turns, only those sharing the most subject
+words with the question: one shared word lets "I changed my building gate code, it's EJ-9569
+now." ground "EJ-9569" for "Which code opens my garage door?" when "My garage door code is
+YC-4149." shares three (2,000-request trace), and "My sister's birthday is 5 April." a father's.
+A user turn that only asks holds no value and does not count.
+
 Not the memory's date label, and not the question itself: an answer of the question's own
 words is an echo, not an answer. An answer with no kept word ("Yes.") is not judged here. Pure
 string work, no model call: about 0.2 ms per answer against five memories.
@@ -32,31 +38,37 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 
 from memroute.memory.supersession import split_memory_text
-from memroute.routing.memory_view import shown_reply
+from memroute.routing.memory_view import only_asks, shown_reply
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import ASKING_OPENINGS
 from memroute.types import Message, RetrievalHit
 
-GROUNDING_MODES = ("off", "memory")
+GROUNDING_MODES = ("off", "memory", "closest")  # router.grounding, laxest first
 
 
 def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
-            extra: Iterable[str] = (), question: str | None = None) -> list[str]:
+            extra: Iterable[str] = (), question: str | None = None,
+            closest: bool = False) -> list[str]:
     """The texts an answer may be read from: each memory's user turn (given ``question``, only
     when on its subject), its assistant turn unless one of
     ``untrusted_models`` wrote it (or, given ``question``, a model wrote it for a question on
-    another subject), then ``extra`` (facts block, client turns)."""
-    out: list[str] = []
+    another subject), then ``extra`` (facts block, client turns). ``closest``
+    (``router.grounding=closest``): of the memories' turns, only those sharing the most subject
+    words with ``question`` (module doc)."""
     subject = None if question is None else subject_words(question)
+    scored: list[tuple[int, str]] = []   # (subject words shared, text)
     for h in hits:
         asked, answer = split_memory_text(h.memory.text)[0], shown_reply(h.memory)
-        on_subject = subject is None or bool(subject & subject_words(asked))
-        if on_subject:
-            out.append(asked)
+        shared = len(subject & subject_words(asked)) if subject is not None else 1
+        if shared:
+            if not (closest and only_asks(asked)):
+                scored.append((shared, asked))
         if not answer or h.memory.source_model in untrusted_models:
             continue
-        if on_subject or not h.memory.source_model:
-            out.append(answer)
+        if shared or not h.memory.source_model:
+            scored.append((max(shared, 1), answer))
+    best = max((n for n, _ in scored), default=0) if closest else 0
+    out = [text for n, text in scored if n >= best]
     out.extend(t for t in extra if t)
     return out
 

@@ -378,7 +378,8 @@ class Router:
         """Whether tier ``t``'s answer was read from a trusted source; None: not checked."""
         if prompt.evidence is None:
             return None
-        texts = sources(prompt.memories, self.untrusted[t], prompt.evidence, query)
+        texts = sources(prompt.memories, self.untrusted[t], prompt.evidence, query,
+                        closest=self.cfg.grounding == "closest")
         return grounded(reply.text, texts, self.cfg.grounding_share, query)
 
     # -- streaming: memroute.routing.live -----------------------------------------------------

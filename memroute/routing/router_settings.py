@@ -50,9 +50,11 @@ def calibrator_for(cfg: RouterConfig, calibrator: Calibrator | None
     if calibrator is None:
         return None, cfg.tau
     # A threshold picked with grounding's refusals applied keeps more wrong answers without
-    # them. (The other way round is only stricter than the report: allowed.)
-    if calibrator.meta.get("grounding") == "memory" and cfg.grounding != "memory":
-        raise ConfigError(f"router.calibrator was fitted for router.grounding='memory', but "
+    # them, or with laxer ones. (The other way round is only stricter than the report: allowed.)
+    fitted = calibrator.meta.get("grounding")
+    stricter = GROUNDING_MODES.index  # the modes are listed from the laxest
+    if fitted in GROUNDING_MODES and stricter(cfg.grounding) < stricter(fitted):
+        raise ConfigError(f"router.calibrator was fitted for router.grounding={fitted!r}, but "
                           f"router.grounding is {cfg.grounding!r}: set it to match, or refit "
                           f"with python -m jobs.calibrate grounding={cfg.grounding}",
                           field="router.calibrator")

@@ -348,3 +348,21 @@ def test_the_first_tier_reads_only_memories_on_the_subject_when_set():
     router.route("alice", "What is my rabbit's name?", session_time=MAY_8 + 60)
     probe = small.prompts[-1][0].content
     assert "Fennel" in probe and "Waffles" not in probe
+
+
+def test_closest_grounding_reads_only_the_statement_closest_to_the_question():
+    garage = TurnPair("alice", "s1", 0, "My garage door code is YC-4149.", "Noted",
+                      MAY_8 - 2 * 86400, source_model="large")
+    gate = TurnPair("alice", "s1", 1, "I changed my building gate code, it's EJ-9569 now.",
+                    "Noted", MAY_8 - 86400, source_model="large")
+    router, _, large = make("EJ-9569", memories=[garage, gate])
+    question = "Which code opens my garage door?"
+    res = router.route("alice", question, session_time=MAY_8)
+    assert res.decision.answered_tier == 0           # "memory": the gate's "code" grounds it
+    router.cfg.grounding = "closest"
+    res = router.route("alice", question, session_time=MAY_8 + 60)
+    assert res.decision.answered_tier == 1 and res.calls[0].grounded is False
+    router.retriever.pairs = [garage, gate]          # the escalation's stored answer left out
+    router.tiers[0].backend.answer = "YC-4149"
+    res = router.route("alice", question, session_time=MAY_8 + 120)
+    assert res.decision.answered_tier == 0 and res.calls[0].grounded is True
