@@ -49,7 +49,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from memroute.memory.values import Value, reply_text, values
+from memroute.memory.values import Value, echoes_memory, reply_text, values
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import only_states
 from memroute.types import Memory, RetrievalHit, TurnPair
@@ -150,6 +150,18 @@ def split_memory_text(text: str) -> tuple[str, str]:
     return question, answer
 
 
+def judged(memory_text: str) -> str:
+    """What of a stored pair the rules read: the pair without a reply that echoes memory lines.
+    The 0.5B acknowledged "My best friend just moved to Porto." with "[11 March 2024] Q: What is
+    my car rental number? / A: QS-8185", and the car rental update then superseded the move
+    (seed 25; 3 such statements on the 2,000-request trace). Prompts do not show such a reply
+    either (``routing.memory_view``)."""
+    question, answer = split_memory_text(memory_text)
+    if not answer or not echoes_memory(answer):
+        return memory_text
+    return memory_text[: len(memory_text) - len(answer) - len(" / A: ")]
+
+
 def states_old_value(update: Update, memory_text: str) -> bool:
     """Rules 3-4: the older pair is about the update's subject and holds a value it replaces."""
     return _about_subject(update, memory_text) and replaces_value(update, memory_text)
@@ -215,7 +227,7 @@ def superseded_by(new: TurnPair, older: Iterable[Memory], similar: Similarity | 
     key = _order(new)
     current = [m for m in older if m.id != new.id and not m.superseded_by
                and m.user_id == new.user_id and _order(m) < key]
-    hits = [m for m in current if states_old_value(update, m.text)]
+    hits = [m for m in current if states_old_value(update, judged(m.text))]
     if not hits and similar is not None:
         hits = _by_meaning(new, update, current, similar)
     return [m.id for m in sorted(hits, key=_order)]
@@ -313,7 +325,7 @@ def restated_marks(new_pairs: Sequence[TurnPair], memories: Iterable[Memory]) ->
         if as_update(pair.user_text) is not None or only_states(pair.user_text):
             continue
         for memory, update in sorted(updates, key=lambda mu: _order(mu[0]), reverse=True):
-            if _order(memory) < _order(pair) and states_old_value(update, pair.text()):
+            if _order(memory) < _order(pair) and states_old_value(update, judged(pair.text())):
                 marks[pair.id] = (memory.id, int(pair.session_time))
                 break
     return marks

@@ -73,3 +73,12 @@ def adds_values(statement: str, answer: str) -> bool:
     stated = {v.norm for v in values(statement)[0]}
     return bool(stated) and any(v.norm not in stated
                                 for v in values(reply_text(answer))[0])
+
+
+# A memory line's markup in a reply: it opens with "[date] Q:", or holds " Q: ... / A: ".
+_ECHO = re.compile(r"^\s*\[[^\]\n]{1,40}\]\s*Q:|(?:^|\s)Q: .*\s/ A:")
+
+
+def echoes_memory(reply: str) -> bool:
+    """A reply that copies a memory line of its prompt instead of answering."""
+    return bool(_ECHO.search(reply))

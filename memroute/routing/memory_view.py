@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 
 from memroute.memory.supersession import contradicts_itself, split_memory_text, statement_part
-from memroute.memory.values import adds_values, values
+from memroute.memory.values import adds_values, echoes_memory, values
 from memroute.text.turn_kind import asks_something, only_states
 from memroute.types import Memory, replied_here
 
@@ -78,15 +78,6 @@ def dates_for(mode: str, question: str | None) -> str:
 def shows_date(mode: str, memory: Memory) -> bool:
     """Whether ``memory`` keeps its date label under a resolved mode (``auto`` acts as ``all``)."""
     return mode in ("all", "auto") or (mode == "relative" and needs_date(memory.text))
-
-
-# A memory line's markup in a reply: it opens with "[date] Q:", or holds " Q: ... / A: ".
-_ECHO = re.compile(r"^\s*\[[^\]\n]{1,40}\]\s*Q:|(?:^|\s)Q: .*\s/ A:")
-
-
-def echoes_memory(reply: str) -> bool:
-    """A reply that copies a memory line of its prompt instead of answering."""
-    return bool(_ECHO.search(reply))
 
 
 def only_asks(user_turn: str) -> bool:

@@ -129,6 +129,15 @@ def test_a_statement_is_not_born_superseded_by_what_a_model_replied_to_it():
     assert marks == {asked.id: (update.id, asked.session_time)}
 
 
+def test_a_reply_echoing_memory_lines_does_not_get_a_pair_superseded():
+    # seed 25: the move was superseded by the car rental update through the 0.5B's echo.
+    moved = pair(0, "My best friend just moved to Porto.",
+                 "[11 March 2024] Q: What is my car rental number? / A: QS-8185")
+    asked = pair(1, "What is my car rental number?", "QS-8185")
+    update = pair(2, "They reissued my car rental number, it's BP-6815 now.", "Noted.")
+    assert superseded_by(update, [memory_of(moved), memory_of(asked)]) == [asked.id]
+
+
 def test_a_change_statement_is_shown_without_a_reply_that_contradicts_it():
     from memroute.routing.prompt import memory_line
 
