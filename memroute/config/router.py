@@ -31,10 +31,12 @@ class RouterConfig:
     # small model's acknowledgements then entered memory and F1 fell (docs/BENCHMARKS.md).
     statement_tau: Optional[float] = None
     # A lower tier's answer to a question is accepted only when it was read from what that tier
-    # was given (memroute/routing/grounding.py): "memory" (default) or "off" (confidence alone).
+    # was given (memroute/routing/grounding.py): "closest" (default: of the memories' turns only
+    # those sharing the most subject words with the question count), "memory" (any sharing one)
+    # or "off" (confidence alone).
     # grounding_share: the share of the answer's words one trusted source must hold (all of its
     # numbers always). Applies to members that use memory.
-    grounding: str = "memory"
+    grounding: str = "closest"
     grounding_share: float = 0.5
     # Whether an escalation's memory block shows the replies cheaper tiers stored. Off: only the
     # user's turns and the replies of this tier or stronger ones, so a small model's wrong answer
@@ -46,10 +48,11 @@ class RouterConfig:
     # question ("What is 76 squared?") escalated with five unrelated memories: "subject" cost
     # 0.76-0.79x at -0.7 to -1.7 F1 on three replay traces (docs/BENCHMARKS.md).
     escalation_memories: str = "subject"
-    # The same choice for the first tier: "all" (default) reads every retrieved memory;
-    # "subject" only those on the question's subject. The 0.5B answers "What is my rabbit's
-    # name?" with the hamster's name when both are among its five memories.
-    first_tier_memories: str = "all"
+    # The same choice for the first tier: "subject" (default) or "all". The 0.5B answered "What
+    # is my rabbit's name?" with the hamster's name, both among its five memories. With
+    # grounding "closest": -8 % and -2 % EffCost@prod at +1.9 and +0.2 F1 on two fresh traces
+    # (docs/BENCHMARKS.md, stop 44).
+    first_tier_memories: str = "subject"
     # A question the user asked again, stored with the same answer each time: "collapse" keeps
     # one copy among a request's memories (the most trusted; memroute/routing/repeats.py) and
     # fills the freed places from further down the ranking; "escalation" does so only for the

@@ -154,6 +154,10 @@ def run_conditions(
         else:
             # Evaluation measures a fixed memory: answers are not written back here.
             cfg = replace(router_cfg, use_memory=cond.use_memory, use_routing=cond.use_routing, store_answers=False)
+            if cond.summary or cond.units:
+                # The view is what these conditions study, and a summary or a unit words its
+                # turns its own way: the first tier reads all of it, whatever the subject filter.
+                cfg = replace(cfg, first_tier_memories="all")
             memory = (units_retriever if cond.units else summary_memory if cond.summary
                       else retriever)
             router = Router(cond_tiers, cfg, retrieval_cfg, memory if cond.use_memory else None,

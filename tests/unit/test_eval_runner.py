@@ -33,8 +33,9 @@ def setup(tmp_path):
 def test_conditions_use_the_right_tiers_and_memory(setup):
     convs, retriever, dia, tiers = setup
     rows, timings = run_conditions(
-        convs, tiers, retriever, RouterConfig(tau=0.5), RetrievalConfig(), CONDS,
-        memory_dia_ids=dia, batch_size=4, progress=False,
+        # "all": the keyword fake retrieves on shared stopwords, which the subject filter drops
+        convs, tiers, retriever, RouterConfig(tau=0.5, first_tier_memories="all"),
+        RetrievalConfig(), CONDS, memory_dia_ids=dia, batch_size=4, progress=False,
     )
     df = predictions_frame(rows, {"small": 8.0, "large": 235.0})
     assert df.height == 6 * len(CONDS) and [t.condition for t in timings] == CONDS

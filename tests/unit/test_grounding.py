@@ -323,9 +323,9 @@ def test_an_escalation_reads_only_memories_on_the_questions_subject():
                        source_model="large")
     router, small, large = make("I am not sure", memories=[sister, squared])
     small.logprob = -3.0  # unsure: escalates
-    router.cfg.escalation_memories = "all"
+    router.cfg.escalation_memories = router.cfg.first_tier_memories = "all"
     router.route("alice", "What is 76 squared?", session_time=MAY_8)
-    assert "Tbilisi" in small.prompts[0][0].content          # the probe reads everything
+    assert "Tbilisi" in small.prompts[0][0].content          # "all": the probe reads everything
     assert "Tbilisi" in large.prompts[0][0].content          # "all": so does the escalation
     router.cfg.escalation_memories = "subject"               # the default
     router.route("alice", "What is 76 squared?", session_time=MAY_8 + 60)
@@ -336,18 +336,18 @@ def test_an_escalation_reads_only_memories_on_the_questions_subject():
     assert "Tbilisi" in escalation and "48 squared" not in escalation
 
 
-def test_the_first_tier_reads_only_memories_on_the_subject_when_set():
+def test_the_first_tier_reads_only_memories_on_the_subject():
     rabbit = TurnPair("alice", "s1", 0, "Our rabbit is called Fennel.", "Noted", MAY_8 - 86400,
                       source_model="large")
     hamster = TurnPair("alice", "s1", 1, "What is our hamster called?", "Waffles", MAY_8 - 3600,
                        source_model="large")
     router, small, _ = make("Fennel", memories=[rabbit, hamster])
     router.route("alice", "What is my rabbit's name?", session_time=MAY_8)
-    assert "Waffles" in small.prompts[0][0].content          # the default: "all"
-    router.cfg.first_tier_memories = "subject"
-    router.route("alice", "What is my rabbit's name?", session_time=MAY_8 + 60)
-    probe = small.prompts[-1][0].content
+    probe = small.prompts[0][0].content                      # the default: "subject"
     assert "Fennel" in probe and "Waffles" not in probe
+    router.cfg.first_tier_memories = "all"
+    router.route("alice", "What is my rabbit's name?", session_time=MAY_8 + 60)
+    assert "Waffles" in small.prompts[-1][0].content
 
 
 def test_closest_grounding_reads_only_the_statement_closest_to_the_question():
@@ -357,9 +357,10 @@ def test_closest_grounding_reads_only_the_statement_closest_to_the_question():
                     "Noted", MAY_8 - 86400, source_model="large")
     router, _, large = make("EJ-9569", memories=[garage, gate])
     question = "Which code opens my garage door?"
+    router.cfg.grounding = "memory"
     res = router.route("alice", question, session_time=MAY_8)
     assert res.decision.answered_tier == 0           # "memory": the gate's "code" grounds it
-    router.cfg.grounding = "closest"
+    router.cfg.grounding = "closest"                 # the default
     res = router.route("alice", question, session_time=MAY_8 + 60)
     assert res.decision.answered_tier == 1 and res.calls[0].grounded is False
     router.retriever.pairs = [garage, gate]          # the escalation's stored answer left out
