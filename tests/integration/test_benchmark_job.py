@@ -90,8 +90,11 @@ def test_benchmark_job_tiny_prints_table_and_logs_to_mlflow(tiny_run):
     assert preds.height == 5 * 8  # 5 conditions x 8 questions (limit)
     cold = preds.filter(pl.col("condition") == "cold_small")
     warm = preds.filter(pl.col("condition") == "warm_memory_only")
-    assert (cold["injected_tokens"] == 0).all() and (warm["injected_tokens"] > 0).all()
-    assert (cold["memory_bytes"] == 0).all() and (warm["memory_bytes"] > 0).all()
+    assert (cold["injected_tokens"] == 0).all() and (cold["memory_bytes"] == 0).all()
+    # the first tier reads the memories on the question's subject: a question none of its
+    # retrieved memories shares a word with reads none (router.first_tier_memories)
+    assert (warm["injected_tokens"] > 0).sum() >= 6
+    assert ((warm["memory_bytes"] > 0) == (warm["injected_tokens"] > 0)).all()
     assert (preds.filter(pl.col("condition") == "cold_large")["on_small"] == False).all()  # noqa: E712
     # exactly one cause per wrong answer, none for correct ones
     assert (preds["cause"].is_null() == preds["correct"]).all()
