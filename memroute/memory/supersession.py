@@ -156,10 +156,8 @@ def judged(memory_text: str) -> str:
     my car rental number? / A: QS-8185", and the car rental update then superseded the move
     (seed 25; 3 such statements on the 2,000-request trace). Prompts do not show such a reply
     either (``routing.memory_view``)."""
-    question, answer = split_memory_text(memory_text)
-    if not answer or not echoes_memory(answer):
-        return memory_text
-    return memory_text[: len(memory_text) - len(answer) - len(" / A: ")]
+    pair, _, answer = memory_text.partition(" / A: ")
+    return pair if answer and echoes_memory(answer) else memory_text
 
 
 def states_old_value(update: Update, memory_text: str) -> bool:

@@ -60,9 +60,8 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
     for h in hits:
         asked, answer = split_memory_text(h.memory.text)[0], shown_reply(h.memory)
         shared = len(subject & subject_words(asked)) if subject is not None else 1
-        if shared:
-            if not (closest and only_asks(asked)):
-                scored.append((shared, asked))
+        if shared and not (closest and only_asks(asked)):
+            scored.append((shared, asked))
         if not answer or h.memory.source_model in untrusted_models:
             continue
         if shared or not h.memory.source_model:

@@ -192,7 +192,7 @@ class Router:
                                    when=self.retrieval.followup) for k in wanted]
         hits = self.retriever.retrieve_many(
             [requests[k].user_id for k in wanted], [clip_utf8(q, MAX_QUERY_BYTES) for q in queries],
-            top_k=candidates_k(self.retrieval.top_k, self.cfg.repeats, self.cfg.statement_slot))
+            top_k=candidates_k(self.retrieval.top_k, self.cfg))
         for k, h in zip(wanted, hits, strict=True):
             out[k] = h
         return out
@@ -228,11 +228,8 @@ class Router:
         _, block = select_facts(facts or (), budget, backend.count_text_tokens, _now(req))
         if block:
             budget -= backend.count_text_tokens(block) + 1  # +1: the blocks' separator
-        hits = memories_for(t, hits, req.query, top_k=self.retrieval.top_k,
-                            repeats=self.cfg.repeats, trust=self._trust,
-                            escalation_memories=self.cfg.escalation_memories,
-                            first_tier_memories=self.cfg.first_tier_memories,
-                            statement_slot=self.cfg.statement_slot)
+        hits = memories_for(t, hits, req.query, self.cfg, top_k=self.retrieval.top_k,
+                            trust=self._trust)
         now, layout = _now(req), self.layout_for(t, req.query)
         chosen = select_within_budget(hits, budget, backend.count_text_tokens, layout, now)
         messages = build_messages(system, req.query, chosen, tail=req.tail, facts=block,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from memroute.config import RouterConfig
 from memroute.memory.supersession import split_memory_text
 from memroute.routing.grounding import on_subject, subject_words
 from memroute.routing.repeats import collapse_repeats
@@ -33,23 +34,21 @@ from memroute.types import Memory, RetrievalHit
 REPEATS = ("keep", "collapse", "escalation")  # router.repeats
 
 
-def candidates_k(top_k: int, repeats: str, statement_slot: bool = False) -> int:
+def candidates_k(top_k: int, cfg: RouterConfig) -> int:
     """How many memories to retrieve for ``top_k`` to read."""
-    return top_k if repeats == "keep" and not statement_slot else 2 * top_k
+    return top_k if cfg.repeats == "keep" and not cfg.statement_slot else 2 * top_k
 
 
-def memories_for(t: int, hits: Sequence[RetrievalHit], query: str, *, top_k: int, repeats: str,
-                 escalation_memories: str, trust: Callable[[Memory], int],
-                 statement_slot: bool = False,
-                 first_tier_memories: str = "all") -> list[RetrievalHit]:
+def memories_for(t: int, hits: Sequence[RetrievalHit], query: str, cfg: RouterConfig, *,
+                 top_k: int, trust: Callable[[Memory], int]) -> list[RetrievalHit]:
     """What tier ``t`` (0: the first) reads of the retrieved ``hits`` for ``query``."""
-    if repeats == "collapse" or (repeats == "escalation" and t > 0):
+    if cfg.repeats == "collapse" or (cfg.repeats == "escalation" and t > 0):
         hits = collapse_repeats(hits, trust)
     chosen = list(hits[:top_k])
     asks = asks_something(query)
-    if statement_slot and asks:
+    if cfg.statement_slot and asks:
         chosen = with_statement(chosen, hits[top_k:], query)
-    if asks and (escalation_memories if t > 0 else first_tier_memories) == "subject":
+    if asks and (cfg.escalation_memories if t > 0 else cfg.first_tier_memories) == "subject":
         chosen = on_subject(chosen, query)
     return chosen
 
