@@ -74,9 +74,13 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
 
 # Words any question may share with another without being about the same thing ("On which
 # day is my car service?" is not about "Count the days from 9 October 2026 to 26 January 2027.",
-# whose dates the 0.5B gave as the appointment's, seed 17).
+# whose dates the 0.5B gave as the appointment's, seed 17), and the filler people wrap a
+# question in ("Quick question: ... I keep forgetting." made every wrapped question on the
+# subject of every other).
 _ASKING_WORDS = (" ".join(ASKING_OPENINGS)
-                 + " again remember know need much many please thing day date time week")
+                 + " again remember know need much many please thing day date time week"
+                 + " thanks thank hey hi sorry forgot forget forgetting keep quick question"
+                 + " just checking one")
 
 
 @functools.cache

@@ -10,37 +10,27 @@ answer, and the statement "My sister moved again, to Tbilisi" was not among its 
 
 Two question pairs are copies when their answers are the same words and their questions share
 ``SUBJECT_OVERLAP`` of the shorter one's subject words
-(:func:`memroute.routing.grounding.subject_words` less conversational filler: "Can you remind
-me: in what city is my sister living? Thanks!" and "Hey, which city does my sister live in?"
-share city, sister, live; "Which city does my cousin live in?" shares two of its three and
-stays apart, Boise or not). Statements are never collapsed: each is the user's own evidence.
-Of a group the router keeps the copy from the most trusted source (the user's own history or a
-dataset, then the strongest tier, then the newest), at the rank of the
-group's best hit, so grounding reads the strongest tier's answer where there is one.
+(:func:`memroute.routing.grounding.subject_words`, which leave out conversational filler: "Can
+you remind me: in what city is my sister living? Thanks!" and "Hey, which city does my sister
+live in?" share city, sister, live; "Which city does my cousin live in?" shares two of its
+three and stays apart, Boise or not). Statements are never collapsed: each is the user's own
+evidence. Of a group the router keeps the copy from the most trusted source (the user's own
+history or a dataset, then the strongest tier, then the newest), at the rank of the group's
+best hit, so grounding reads the strongest tier's answer where there is one.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from memroute.memory.supersession import split_memory_text
 from memroute.routing.grounding import subject_words
-from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import asks_something
 from memroute.types import Memory, RetrievalHit, replied_here
 
 SUBJECT_OVERLAP = 0.75  # share of the shorter question's subject words the other must have
-# Words people wrap a repeated question in; they say nothing about its subject.
-_FILLER = "thanks thank hey hi sorry forgot forget forgetting keep quick question just checking one"
-
-
-@functools.cache
-def _filler() -> frozenset[str]:
-    return frozenset(unigrams(_FILLER, stem=True))  # stemmed once, on first use
-
 
 def trust_by(tier_models: Sequence[str]) -> Callable[[Memory], int]:
     """How far a stored reply is believed, given the cascade's models cheapest first: a user's
@@ -71,7 +61,7 @@ def collapse_repeats(hits: Sequence[RetrievalHit], trust: Callable[[Memory], int
         question, answer = split_memory_text(hit.memory.text)
         key = None
         if answer and asks_something(question):
-            key = (subject_words(question) - _filler(), _answer_key(answer))
+            key = (subject_words(question), _answer_key(answer))
         for g, k in zip(groups, keys):
             if key is not None and k is not None and _copies(key, k):
                 g.append(hit)

@@ -5,7 +5,7 @@ import pytest
 from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import ConfigError
-from memroute.routing.grounding import client_texts, grounded, sources, subject_words
+from memroute.routing.grounding import client_texts, grounded, on_subject, sources, subject_words
 from memroute.routing.router import Router, Tier
 from memroute.types import Memory, Message, RetrievalHit, TurnPair
 
@@ -112,6 +112,16 @@ def test_asking_words_are_no_subject():
     assert subject_words("Tell me again: what do I need to remember about my car?") == {"car"}
     assert subject_words("Remind me what my renovation budget is.") == {"renov", "budget"}
     assert subject_words("How much is 29 multiplied by 43?") >= {"29", "43"}
+
+
+def test_the_filler_a_question_is_wrapped_in_is_no_subject():
+    # The trace's wrappers made every wrapped question "on the subject" of every other one.
+    assert subject_words("Quick question: what is my gate code? I keep forgetting.") == {
+        "gate", "code"}
+    wrapped = hit("[1 May 2024] Q: Sorry, I forgot: what is my locker number? Just checking. / "
+                  "A: 41", source_model="large")
+    assert on_subject([wrapped], "Quick question: how old is my cat? Thanks!") == []
+    assert on_subject([wrapped], "Hey, which locker is mine?") == [wrapped]
 
 
 def test_the_clients_turns_and_tool_results_are_sources():
