@@ -10,10 +10,7 @@ from memroute.routing.calibrator import Calibrator
 from memroute.routing.calibrator import load as load_calibrator
 from memroute.routing.decoding import check_probe_decoding
 from memroute.routing.grounding import GROUNDING_MODES
-from memroute.routing.tier_memories import REPEATS
-
-
-ESCALATION_MEMORIES = ("subject", "all")  # router.escalation_memories, first_tier_memories
+from memroute.routing.tier_memories import MEMORY_SCOPES, REPEATS
 
 
 def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None:
@@ -29,8 +26,8 @@ def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None
         raise ConfigError(f"router.grounding_share must be in [0, 1], got "
                           f"{cfg.grounding_share}", field="router.grounding_share")
     for name in ("escalation_memories", "first_tier_memories"):
-        if getattr(cfg, name) not in ESCALATION_MEMORIES:
-            raise ConfigError(f"router.{name} must be one of {', '.join(ESCALATION_MEMORIES)}, "
+        if getattr(cfg, name) not in MEMORY_SCOPES:
+            raise ConfigError(f"router.{name} must be one of {', '.join(MEMORY_SCOPES)}, "
                               f"got {getattr(cfg, name)!r}", field=f"router.{name}")
     if cfg.repeats not in REPEATS:
         raise ConfigError(f"router.repeats must be one of {', '.join(REPEATS)}, got "

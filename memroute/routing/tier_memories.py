@@ -32,6 +32,7 @@ from memroute.text.turn_kind import asks_something, only_states
 from memroute.types import Memory, RetrievalHit
 
 REPEATS = ("keep", "collapse", "escalation")  # router.repeats
+MEMORY_SCOPES = ("subject", "all")  # router.first_tier_memories, router.escalation_memories
 
 
 def candidates_k(top_k: int, cfg: RouterConfig) -> int:
