@@ -17,7 +17,7 @@ from memroute.datasets.records import TraceRequest
 from memroute.eval.replay.driver import Checkpoint, replay_strategy, waves
 from memroute.eval.replay.outcome import CACHE_TIER, TierPrice
 from memroute.eval.replay.report import break_even, write_report
-from memroute.eval.replay.scoring import memory_id
+from memroute.eval.replay.scoring import holds_value, memory_id
 from memroute.eval.replay.strategies import (
     STRATEGIES,
     Routed,
@@ -124,6 +124,7 @@ def test_semantic_cache_reuses_answers_and_serves_stale_ones(tmp_path, parts):
     assert [r["cache_hit"] for r in rows] == [False, True, True]
     assert rows[1]["tier"] == CACHE_TIER and rows[1]["eff_cost"] == 0
     assert rows[2]["answer"] == "ZX-4471" and rows[2]["stale"] is True  # the cache cannot know
+    assert rows[2]["value_hit"] is False and rows[0]["value_hit"] is not None
 
 
 def test_a_killed_replay_resumes_without_resending(tmp_path, parts):
@@ -197,6 +198,8 @@ def test_report_windows_and_first_last_ratio(tmp_path):
     assert "vs always_large: from request 2" in report
     assert "| memroute | 50.0 | 0.0 | 0.0 |" in report  # esc % first, last, last/first
     assert all((tmp_path / f).is_file() for f in files)
+    # rows from before the value measure still report, with an empty column
+    assert "value %" in win.columns and win["value %"].null_count() == win.height
 
 
 def test_a_line_cut_by_a_kill_never_hides_the_rows_appended_after_the_resume(tmp_path):
@@ -234,3 +237,12 @@ def test_session_history_sends_each_sessions_earlier_turns_and_the_cache_reuses_
     off = replay_strategy(STRATEGIES.get("memroute")("memroute", parts(FakeRetriever())), t,
                           Checkpoint(tmp_path / "off.jsonl"), concurrency=2)
     assert all(r["tokens_history"] == 0 for r in off)  # the default: the question alone
+
+
+def test_a_right_value_said_in_a_sentence_holds_the_value():
+    assert holds_value("Our wedding budget is $19,500.", ("19,500",)) is True
+    assert holds_value("19500", ("$19,500",)) is True
+    assert holds_value("Our wedding budget is $19,000.", ("19,500",)) is False
+    assert holds_value("NQ-1391", ("NJ-1391",)) is False  # a code is compared whole
+    assert holds_value("Lyon", ("Galway", "Lyon")) is True  # any one reference
+    assert holds_value("anything", ()) is None

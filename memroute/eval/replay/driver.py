@@ -181,7 +181,7 @@ def _row(strategy: Strategy, seq: int, req: TraceRequest, o: Outcome, book: Evid
         strategy=strategy.name, seq=seq, request_id=req.request_id, ts=req.ts, user_id=user,
         session_id=req.session_id, query=req.query, kind=req.kind, domain=req.domain,
         fact_id=req.fact_id, memories=len(o.memory_ids), f1=s.f1, stale=s.stale,
-        evidence_hit=s.evidence_hit, wall_s=wall_s,
+        evidence_hit=s.evidence_hit, value_hit=s.value, wall_s=wall_s,
     )
     out.update(getattr(strategy, "row_fields", None) or {})  # memroute_facts: extraction_tier
     return out

@@ -2,9 +2,10 @@
 
 Per window of ``window`` requests (the same boundaries for every strategy): escalation rate,
 EffCost per request (stand-in and production prices), F1 over the requests with a reference,
-memory hit rate (gold evidence among the injected memories), stale-answer rate (closer to a
-superseded value), latency p50 / p95 of the model calls; the same split by kind; the last window
-against the first; the break-even request after which memroute's cumulative cost stays below each
+the share of answers holding a reference's value however worded (value %), memory hit rate
+(gold evidence among the injected memories), stale-answer rate (closer to a superseded value),
+latency p50 / p95 of the model calls; the same split by kind; the last window against the
+first; the break-even request after which memroute's cumulative cost stays below each
 baseline's; and the monthly projection of the measured mix. Markdown + PNG.
 """
 
@@ -33,6 +34,7 @@ def metrics(group: Sequence[str]) -> list[pl.Expr]:
         pl.col("eff_cost").mean().round(1).alias("EffCost/req"),
         pl.col("eff_cost_prod").mean().round(0).alias("EffCost@prod/req"),
         (pl.col("f1").mean() * 100).round(1).alias("F1"),
+        (pl.col("value_hit").cast(pl.Float64).mean() * 100).round(1).alias("value %"),
         (pl.col("evidence_hit").cast(pl.Float64).mean() * 100).round(1).alias("mem hit %"),
         (pl.col("stale").cast(pl.Float64).mean() * 100).round(1).alias("stale %"),
         (pl.col("latency_s").quantile(0.5) * 1000).round(0).alias("p50 ms"),
@@ -58,7 +60,7 @@ def first_last(win: pl.DataFrame, strategies: Sequence[str]) -> pl.DataFrame:
             continue
         first, last = w.row(0, named=True), w.row(-1, named=True)
         rec: dict[str, object] = {"strategy": s}
-        for col in ("esc %", "EffCost@prod/req", "F1"):
+        for col in ("esc %", "EffCost@prod/req", "F1", "value %"):
             rec[f"{col} first"] = first[col]
             rec[f"{col} last"] = last[col]
             rec[f"{col} last/first"] = (
@@ -174,6 +176,8 @@ def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
                  strategies: Sequence[str] | None = None,
                  timings: Mapping[str, Mapping[str, float]] | None = None) -> tuple[str, list[str]]:
     """Markdown (returned and written) and the plot; returns (report, file names written)."""
+    if "value_hit" not in rows.columns:  # rows of a run from before the value measure
+        rows = rows.with_columns(pl.lit(None, dtype=pl.Boolean).alias("value_hit"))
     strategies = list(strategies or rows["strategy"].unique(maintain_order=True).to_list())
     win = windows(rows, window)
     win.write_csv(run_dir / WINDOWS_CSV)
@@ -185,8 +189,9 @@ def write_report(rows: pl.DataFrame, run_dir: Path, *, window: int,
     parts = [
         f"## replay: {rows['seq'].n_unique()} requests, {len(strategies)} strategies, "
         f"{n_windows} windows of {window}",
-        "Whole trace per strategy (F1 over requests with a reference; mem hit %: gold evidence "
-        "among the injected memories; stale %: answers closer to a superseded value):",
+        "Whole trace per strategy (F1 over requests with a reference; value %: answers holding "
+        "a reference's value, however worded; mem hit %: gold evidence among the injected "
+        "memories; stale %: answers closer to a superseded value):",
         to_markdown(overall),
         "First and last window:",
         to_markdown(first_last(win, strategies)),

@@ -228,13 +228,16 @@ def _restore_memories(memory: build.MemoryParts, rows: list[Row]) -> None:
 
 def _headline(rows: pl.DataFrame) -> dict[str, float]:
     out: dict[str, float] = {}
+    value = (pl.col("value_hit").cast(pl.Float64).mean() if "value_hit" in rows.columns
+             else pl.lit(None, dtype=pl.Float64)).alias("value_hit")
     for r in rows.group_by("strategy").agg(
         pl.col("escalated").mean().alias("escalation_rate"),
         pl.col("eff_cost").mean().alias("eff_cost"),
         pl.col("eff_cost_prod").mean().alias("eff_cost_prod"),
         pl.col("f1").mean().alias("f1"),
+        value,
     ).iter_rows(named=True):
-        for k in ("escalation_rate", "eff_cost", "eff_cost_prod", "f1"):
+        for k in ("escalation_rate", "eff_cost", "eff_cost_prod", "f1", "value_hit"):
             if r[k] is not None:
                 out[f"{r['strategy']}.{k}"] = float(r[k])
     return out

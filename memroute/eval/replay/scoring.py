@@ -1,4 +1,6 @@
-"""Per-request scores of a replay: F1 against the references, stale answers, evidence hits.
+"""Per-request scores of a replay: F1 against the references, stale answers, evidence hits, and
+whether the answer holds a reference's value at all (F1 scores the 0.5B's right "Our wedding
+budget is $19,500." 0.33 against "19,500"; read the two side by side).
 
 Evidence: the memories that should answer a question are the turn-pairs the trace's earlier rows
 of the same fact left (a strategy that stores its answers turns row ``seq`` into the turn-pair
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 from memroute.datasets.records import TraceRequest
 from memroute.eval.metrics import f1
+from memroute.routing.grounding import terms
 from memroute.types import stable_id
 
 WRONG_BELOW = 0.5  # as the benchmark's causes: an answer with F1 < 0.5 is wrong
@@ -28,12 +31,24 @@ def best_f1(answer: str, references: tuple[str, ...]) -> float | None:
     return max(f1(answer, r) for r in references) if references else None
 
 
+def holds_value(answer: str, references: tuple[str, ...]) -> bool | None:
+    """Whether ``answer`` holds every term of one reference (numbers in any format, kept words,
+    codes: :func:`memroute.routing.grounding.terms`); None when no reference has a term. An
+    answer listing several values holds each, hence beside F1, not instead of it."""
+    wanted = [t for t in map(terms, references) if t]
+    if not wanted:
+        return None
+    said = terms(answer)
+    return any(t <= said for t in wanted)
+
+
 @dataclass
 class Scores:
     f1: float | None
     stale: bool | None  # closer to a superseded value than to the current one
     evidence_hit: bool | None
     gold: int  # how many gold memories existed
+    value: bool | None = None  # holds_value
 
 
 @dataclass
@@ -61,4 +76,4 @@ class EvidenceBook:
                 self.gold[key] = [mine]  # an update supersedes what was said before
             else:
                 self.gold.setdefault(key, []).append(mine)
-        return Scores(score, stale, hit, len(gold))
+        return Scores(score, stale, hit, len(gold), holds_value(answer, req.references))
