@@ -32,6 +32,7 @@ from memroute.types import Memory, RetrievalHit, replied_here
 
 SUBJECT_OVERLAP = 0.75  # share of the shorter question's subject words the other must have
 
+
 def trust_by(tier_models: Sequence[str]) -> Callable[[Memory], int]:
     """How far a stored reply is believed, given the cascade's models cheapest first: a user's
     or a dataset's most, then by the strength of the tier that gave it; another model least."""
