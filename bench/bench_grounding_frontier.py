@@ -12,7 +12,7 @@ wrong (F1 < 0.5): the confidently-wrong rate issue 27 asks about. No model is ca
 
 F1 < 0.5 counts a verbose right answer as wrong ("Warranty number is WG-6877" scores 0.4).
 With ``--trace`` (the replayed trace, for the references) a second judge is printed alongside:
-an answer is right when it holds every term of a reference (memroute.routing.grounding.terms:
+an answer is right when it holds every term of a reference (memroute.text.answers.holds_value:
 "$40,000" in "our car budget is $40,000.").
 """
 
@@ -42,13 +42,9 @@ def frontier(rows: list[dict], gate: bool,
 
 def holds_reference(references: dict[str, list[str]]) -> Callable[[dict], bool]:
     """Right when the small tier's answer holds every term of one of the references."""
-    from memroute.routing.grounding import terms
+    from memroute.text.answers import holds_value
 
-    def right(row: dict) -> bool:
-        have = terms(row["answers"][0])
-        return any(terms(ref) <= have for ref in references[row["request_id"]])
-
-    return right
+    return lambda row: bool(holds_value(row["answers"][0], references[row["request_id"]]))
 
 
 def main() -> None:

@@ -34,11 +34,11 @@ string work, no model call: about 0.2 ms per answer against five memories.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Collection, Iterable, Sequence
 
 from memroute.memory.supersession import split_memory_text
 from memroute.routing.memory_view import only_asks, shown_reply
+from memroute.text.answers import codes, terms
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import ASKING_OPENINGS
 from memroute.types import Message, RetrievalHit
@@ -104,30 +104,6 @@ def on_subject(hits: Sequence[RetrievalHit], question: str) -> list[RetrievalHit
 def client_texts(history: Sequence[Message], tail: Sequence[Message]) -> list[str]:
     """What the client itself sent besides the question: its earlier turns and tool results."""
     return [m.content for m in (*history, *tail) if m.content]
-
-
-_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
-_MONTHS = {m[:3]: m for m in ("january february march april may june july august september "
-                              "october november december").split()}
-_FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already)
-# A code: hyphen-joined letters and digits ("NJ-1391", "WB-2984"). Compared whole: its number
-# alone let the 0.5B's "NQ-1391" pass as read from "NJ-1391" (seed 17).
-_CODE = re.compile(r"(?<![\w-])[a-z0-9]+(?:-[a-z0-9]+)+(?![\w-])", re.I)
-
-
-def codes(text: str) -> frozenset[str]:
-    """The codes of ``text``, lower-cased: hyphen-joined tokens with a letter and a digit."""
-    return frozenset(c.lower() for c in _CODE.findall(text)
-                     if any(ch.isdigit() for ch in c) and any(ch.isalpha() for ch in c))
-
-
-def terms(text: str) -> frozenset[str]:
-    """What an answer is compared by: its numbers as digit strings, whatever their format
-    ("$38,000" and "38000", "20th" and "20", "10:45am" and "10:45", "05" and "5"), and its other
-    kept words, month abbreviations spelt out ("Oct" is "october"), and its codes whole."""
-    numbers = {n.replace(",", "").lstrip("0") or "0" for n in _NUMBER.findall(text)}
-    words = {_MONTHS.get(w, w) for w in unigrams(text) if not any(c.isdigit() for c in w)}
-    return frozenset(numbers | (words - _FORMAT_WORDS) | codes(text))
 
 
 def grounded(answer: str, texts: Sequence[str], share: float,

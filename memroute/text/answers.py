@@ -1,7 +1,10 @@
-"""Token-overlap agreement between two short answers (LoCoMo's normalization and F1).
+"""Comparing short answers: token-overlap agreement (LoCoMo's normalization and F1), and the
+terms a value is compared by (numbers in any format, kept words, codes).
 
-Here, below the evaluation and the serving path, because both use it: the evaluation scores an
-answer against its reference, the serving path's shadow judge compares two tiers' answers.
+Here, below the evaluation and the serving path, because both use them: the evaluation scores
+an answer against its reference, the serving path's shadow judge compares two tiers' answers,
+and its grounding gate checks an answer against its sources by the same terms the replay's
+``value %`` checks it against the reference.
 """
 
 from __future__ import annotations
@@ -9,10 +12,11 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from memroute.errors import ConfigError
+from memroute.text.tokenize import unigrams
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
@@ -57,3 +61,38 @@ def f1_score(prediction: object, reference: object, *, stem: bool = False) -> fl
     precision = same / len(pred)
     recall = same / len(ref)
     return 2 * precision * recall / (precision + recall)
+
+
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
+_MONTHS = {m[:3]: m for m in ("january february march april may june july august september "
+                              "october november december").split()}
+_FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already)
+# A code: hyphen-joined letters and digits ("NJ-1391", "WB-2984"). Compared whole: its number
+# alone let the 0.5B's "NQ-1391" pass as read from "NJ-1391" (seed 17).
+_CODE = re.compile(r"(?<![\w-])[a-z0-9]+(?:-[a-z0-9]+)+(?![\w-])", re.I)
+
+
+def codes(text: str) -> frozenset[str]:
+    """The codes of ``text``, lower-cased: hyphen-joined tokens with a letter and a digit."""
+    return frozenset(c.lower() for c in _CODE.findall(text)
+                     if any(ch.isdigit() for ch in c) and any(ch.isalpha() for ch in c))
+
+
+def terms(text: str) -> frozenset[str]:
+    """What an answer is compared by: its numbers as digit strings, whatever their format
+    ("$38,000" and "38000", "20th" and "20", "10:45am" and "10:45", "05" and "5"), and its other
+    kept words, month abbreviations spelt out ("Oct" is "october"), and its codes whole."""
+    numbers = {n.replace(",", "").lstrip("0") or "0" for n in _NUMBER.findall(text)}
+    words = {_MONTHS.get(w, w) for w in unigrams(text) if not any(c.isdigit() for c in w)}
+    return frozenset(numbers | (words - _FORMAT_WORDS) | codes(text))
+
+
+def holds_value(answer: str, references: Sequence[str]) -> bool | None:
+    """Whether ``answer`` holds every term of one reference (:func:`terms`); None when no
+    reference has a term. An answer listing several values holds each, hence beside F1, not
+    instead of it."""
+    wanted = [t for t in map(terms, references) if t]
+    if not wanted:
+        return None
+    said = terms(answer)
+    return any(t <= said for t in wanted)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from memroute.datasets.records import TraceRequest
 from memroute.eval.metrics import f1
-from memroute.routing.grounding import terms
+from memroute.text.answers import holds_value
 from memroute.types import stable_id
 
 WRONG_BELOW = 0.5  # as the benchmark's causes: an answer with F1 < 0.5 is wrong
@@ -29,17 +29,6 @@ def memory_id(user_id: str, session_id: str, seq: int) -> str:
 
 def best_f1(answer: str, references: tuple[str, ...]) -> float | None:
     return max(f1(answer, r) for r in references) if references else None
-
-
-def holds_value(answer: str, references: tuple[str, ...]) -> bool | None:
-    """Whether ``answer`` holds every term of one reference (numbers in any format, kept words,
-    codes: :func:`memroute.routing.grounding.terms`); None when no reference has a term. An
-    answer listing several values holds each, hence beside F1, not instead of it."""
-    wanted = [t for t in map(terms, references) if t]
-    if not wanted:
-        return None
-    said = terms(answer)
-    return any(t <= said for t in wanted)
 
 
 @dataclass
