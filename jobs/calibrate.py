@@ -5,6 +5,7 @@ the mean log-prob confidence against the calibrator's P(correct)).
     python -m jobs.replay trace=... shadow_share=0.1          # every tier alone on 10% of requests
     python -m jobs.calibrate run_id=<replay run folder>        # target: 95% of the last tier's F1
     python -m jobs.calibrate run_id=... target_f1=0.6 correct_f1=0.5 l2=1.0
+    python -m jobs.calibrate run_id=... correct=value target_wrong=0.05  # judged by value
     python -m jobs.serve router.calibrator=<run folder>/calibrator.json   # route by P(correct)
 """
 

@@ -24,6 +24,9 @@ class CalibrateConfig:
     # correct_f1; l2 is the logistic regression's ridge penalty; the artifact is written to
     # calibrator_out (default: calibrator.json in the replay's run folder), for router.calibrator.
     correct_f1: float = 0.5
+    # Or "value": correct when the answer holds a reference's value (the replay's value %), so
+    # "Our wedding budget is $19,500." for "19,500" is right (shadow rows recorded since 2026-12-07).
+    correct: str = "f1"
     l2: float = 1.0
     calibrator_out: Optional[str] = None
     # Whether the policies are judged with router.grounding's refusals applied, as the router
@@ -39,6 +42,7 @@ class CalibrateConfig:
 
 
 GROUNDING_CHOICES = ("auto", "memory", "off")
+CORRECT_CHOICES = ("f1", "value")
 
 
 def check_calibrate_config(cfg: CalibrateConfig) -> CalibrateConfig:
@@ -61,6 +65,9 @@ def check_calibrate_config(cfg: CalibrateConfig) -> CalibrateConfig:
         raise ConfigError(f"baseline_tau must be in [0, 1], got {cfg.baseline_tau}", field="baseline_tau")
     if not 0.0 < cfg.correct_f1 <= 1.0:
         raise ConfigError(f"correct_f1 must be in (0, 1], got {cfg.correct_f1}", field="correct_f1")
+    if cfg.correct not in CORRECT_CHOICES:
+        raise ConfigError(f"correct must be one of {', '.join(CORRECT_CHOICES)}, got "
+                          f"{cfg.correct!r}", field="correct")
     if cfg.l2 < 0:
         raise ConfigError(f"l2 must be >= 0, got {cfg.l2}", field="l2")
     if cfg.held_out not in ("half", "all"):

@@ -95,10 +95,12 @@ def test_a_resumed_run_sends_nothing_again(run):
 def test_calibration_from_the_shadow_samples(run):
     tmp, run_dir, _ = run
     proc = subprocess.run(
-        [sys.executable, "-m", "jobs.calibrate", f"run_dir={run_dir}", f"hydra.run.dir={tmp / 'hydra'}"],
+        [sys.executable, "-m", "jobs.calibrate", f"run_dir={run_dir}", "correct=value",
+         f"hydra.run.dir={tmp / 'hydra'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "held out" in proc.stdout and "router.tau=" in proc.stdout
+    assert "not holding a reference's value" in proc.stdout  # correct=value: the shadow rows
     assert (run_dir / "router_override.yaml").is_file()
 
 

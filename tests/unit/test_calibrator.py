@@ -301,9 +301,9 @@ def test_shadow_rows_carry_each_tiers_features_and_confidence_not_p(tmp_path):
     from memroute.types import Message
 
     small = ModelConfig(name="small", engine="mock", params_b=0.5,
-                        engine_args={"logprob": -0.3, "answer": "ZX-4471"})
+                        engine_args={"logprob": -0.3, "memory_answer": "ZX-4471"})
     large = ModelConfig(name="large", engine="mock", params_b=8.0,
-                        engine_args={"logprob": -0.01, "answer": "ZX-4471"})
+                        engine_args={"logprob": -0.01, "memory_answer": "ZX-9999"})
     retriever = FakeRetriever()
     retriever.remember([TurnPair("acme:alice", "d1", 0, "My locker code is ZX-4471.", "Noted.", 1)])
     path = memory_calibrator().save(tmp_path / "c.json")
@@ -318,3 +318,4 @@ def test_shadow_rows_carry_each_tiers_features_and_confidence_not_p(tmp_path):
     assert row["features"][0]["value_in_memory"] == 1.0 and row["features"][0]["mean_lp"] == -0.3
     sample = sample_of(json.loads(json.dumps(row)))  # as jobs.calibrate reads it back
     assert sample.features is not None and sample.features[1]["n_memories"] == 1.0
+    assert sample.value_hit == (True, False)  # which holds the reference's value (correct=value)

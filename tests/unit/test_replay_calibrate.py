@@ -4,10 +4,11 @@ users, and the override is written."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from memroute.config.calibrate import CalibrateConfig
+from memroute.config.calibrate import CalibrateConfig, check_calibrate_config
 from memroute.errors import ConfigError
 from memroute.eval.replay.calibrate import ShadowSample, evaluate, pick_tau, split_users
 from memroute.eval.replay.calibrate_run import run_calibration
@@ -178,3 +179,48 @@ def test_a_whole_run_can_be_held_out_when_others_are_fitted_on(tmp_path):
         run_calibration(CalibrateConfig(run_dir=str(tmp_path / "fresh"), target_f1=0.5,
                                         target_wrong=0.1))
     assert e.value.field == "target_wrong"
+
+
+# -- correct=value: an answer is right when it holds a reference's value --------------------------
+
+
+def test_a_verbose_right_answer_is_right_by_value_and_wrong_by_f1():
+    verbose = ShadowSample("r1", "acme:u1", ("Your locker code is ZX-4471.", "ZX-4471"), (0.9, 0.99),
+                           (0.33, 1.0), (1.0, 10.0), value_hit=(True, True))
+    wrong = ShadowSample("r2", "acme:u2", ("ZX-4417", "ZX-4471"), (0.9, 0.99),
+                         (0.0, 1.0), (1.0, 10.0), value_hit=(False, True))
+    by_value = evaluate([verbose, wrong], 0.5)
+    by_f1 = evaluate([replace(verbose, value_hit=None), replace(wrong, value_hit=None)], 0.5)
+    assert by_value.accepted_wrong == pytest.approx(0.5)
+    assert by_f1.accepted_wrong == pytest.approx(1.0)
+    # no reference term to hold (value_hit None for the tier): F1 decides
+    assert replace(verbose, value_hit=(None, True)).right(0, 0.5) is False
+
+
+def write_log(path, samples, *, value_hits: bool) -> None:
+    with path.open("w") as fh:
+        for s in samples:
+            row = {"request_id": s.request_id, "user_id": s.user_id, "answers": list(s.answers),
+                   "confidences": list(s.confidences), "f1": list(s.f1),
+                   "eff_cost": list(s.eff_cost)}
+            if value_hits:
+                row["value_hit"] = [f >= 0.5 for f in s.f1]
+            fh.write(json.dumps(row) + "\n")
+
+
+def test_correct_value_needs_a_log_with_value_hits(tmp_path):
+    write_log(tmp_path / "shadow.jsonl", log(), value_hits=False)
+    with pytest.raises(ConfigError, match="records no value hits") as e:
+        run_calibration(CalibrateConfig(run_dir=str(tmp_path), correct="value"))
+    assert e.value.field == "correct"
+    write_log(tmp_path / "shadow.jsonl", log(), value_hits=True)
+    out = run_calibration(CalibrateConfig(run_dir=str(tmp_path), target_share=1.0,
+                                          correct="value"))
+    assert out["tau"] == 0.55
+    assert "not holding a reference's value" in (tmp_path / "calibration.md").read_text()
+
+
+def test_an_unknown_correct_is_a_config_error():
+    with pytest.raises(ConfigError, match="correct must be one of") as e:
+        check_calibrate_config(CalibrateConfig(run_id="x", correct="exact"))
+    assert e.value.field == "correct"

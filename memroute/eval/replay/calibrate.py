@@ -10,7 +10,8 @@ answer disagrees with it.
 
 With the answers' features in the samples (every shadow row since they were recorded), a
 calibrator (:mod:`memroute.routing.calibrator`) is fitted on the fit half: logistic P(correct)
-of each lower tier's answer (correct: F1 against the references >= ``correct_f1``), then the
+of each lower tier's answer (correct: F1 against the references >= ``correct_f1``, or, for
+samples that carry ``value_hit``, holding a reference's value), then the
 threshold on P(correct) chosen as tau is (:func:`fit_calibrator`). :func:`ece` and :func:`auroc`
 judge a score as a probability of correctness and as a ranking of right above wrong answers.
 """
@@ -45,10 +46,19 @@ class ShadowSample:
     features: tuple[Mapping[str, float], ...] | None = None
     # router.grounding's verdict on each tier's answer (None: not checked); None: an older log
     grounded: tuple[bool | None, ...] | None = None
+    # each tier's answer holds a reference's value (memroute.text.answers.holds_value; None:
+    # no reference has a term): when given, what "correct" means instead of F1 >= correct_f1
+    value_hit: tuple[bool | None, ...] | None = None
 
     def refused(self, t: int) -> bool:
         """router.grounding refuses tier ``t``'s answer: no trusted source holds it."""
         return self.grounded is not None and self.grounded[t] is False
+
+    def right(self, t: int, correct_f1: float) -> bool:
+        """Tier ``t``'s answer is correct: it holds the reference's value when ``value_hit`` is
+        recorded (a verbose right answer has a low F1), else its F1 reaches ``correct_f1``."""
+        hit = None if self.value_hit is None else self.value_hit[t]
+        return hit if hit is not None else self.f1[t] >= correct_f1
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,7 @@ class PolicyResult:
     escalation_rate: float
     confidently_wrong: float  # accepted on tier 0 while the last tier disagrees
     small_share: float = 0.0  # answered by the first tier
-    # of the answers accepted below the last tier, the share that is wrong (F1 < correct_f1)
+    # of the answers accepted below the last tier, the share that is wrong (ShadowSample.right)
     accepted_wrong: float = 0.0
 
 
@@ -87,7 +97,7 @@ def evaluate(samples: Sequence[ShadowSample], tau: float,
         wrong += t == 0 and last > 0 and f1(s.answers[0], s.answers[last]) < DISAGREE_BELOW
         if t < last:
             accepted += 1
-            accepted_bad += s.f1[t] < correct_f1
+            accepted_bad += not s.right(t, correct_f1)
     n = len(samples)
     return PolicyResult(tau, n, total_f1 / n, total_cost / n, escalated / n, wrong / n,
                         small / n, accepted_bad / accepted if accepted else 0.0)
@@ -178,7 +188,7 @@ def fit_calibrator(samples: Sequence[ShadowSample], *, target_f1: float | None =
         assert s.features is not None
         for t in range(len(s.answers) - 1):
             rows.append(vector(s.features[t]))
-            labels.append(float(s.f1[t] >= correct_f1))
+            labels.append(float(s.right(t, correct_f1)))
     if not rows:
         raise ConfigError("a calibrator needs a cascade of two tiers or more", field="run_id")
     model = fit(np.asarray(rows), np.asarray(labels), names=FEATURES, l2=l2,
@@ -197,7 +207,7 @@ def lower_tier_outcomes(samples: Sequence[ShadowSample], scores: Sequence[Sequen
     for s, row in zip(samples, scores):
         for t in range(len(s.answers) - 1):
             p.append(float(row[t]))
-            y.append(float(s.f1[t] >= correct_f1))
+            y.append(float(s.right(t, correct_f1)))
     return np.asarray(p, dtype=float), np.asarray(y, dtype=float)
 
 

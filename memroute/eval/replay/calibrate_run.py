@@ -44,7 +44,9 @@ SHADOW = "shadow.jsonl"
 CALIBRATOR = "calibrator.json"
 
 
-def load_samples(run_dir: Path) -> list[ShadowSample]:
+def load_samples(run_dir: Path, correct: str = "f1") -> list[ShadowSample]:
+    """The run's shadow samples; ``correct="value"``: each carries its answers' value hits (an
+    older log without them is a clear error)."""
     path = run_dir / SHADOW
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: replay with shadow_share > 0 (e.g. 0.1) first",
@@ -57,17 +59,24 @@ def load_samples(run_dir: Path) -> list[ShadowSample]:
             except ValueError:  # a line cut by a kill
                 continue
             latest[row["request_id"]] = row  # a wave redone after a kill: keep one sample
-    return [sample_of(r) for r in latest.values()]
+    samples = [sample_of(r) for r in latest.values()]
+    if correct == "f1":
+        return [replace(s, value_hit=None) for s in samples]
+    if any(s.value_hit is None for s in samples):
+        raise ConfigError(f"correct=value, but {path} records no value hits (a replay from before "
+                          "2026-12-07): replay again, or correct=f1", field="correct")
+    return samples
 
 
 def sample_of(r: dict) -> ShadowSample:
     """One shadow row; rows from before the features (or grounding's verdicts) were recorded have
     none (tau still works)."""
-    feats, verdicts = r.get("features"), r.get("grounded")
+    feats, verdicts, hits = r.get("features"), r.get("grounded"), r.get("value_hit")
     return ShadowSample(r["request_id"], r["user_id"], tuple(r["answers"]), tuple(r["confidences"]),
                         tuple(float(f) for f in r["f1"]), tuple(r["eff_cost"]),
                         tuple(dict(f) for f in feats) if feats else None,
-                        tuple(verdicts) if verdicts else None)
+                        tuple(verdicts) if verdicts else None,
+                        tuple(hits) if hits else None)
 
 
 def run_dir_of(cfg: CalibrateConfig) -> Path:
@@ -85,7 +94,8 @@ def other_runs_samples(cfg: CalibrateConfig) -> list[ShadowSample]:
         path = Path(cfg.output_dir) / str(run)
         if not path.is_dir():
             raise ConfigError(f"fit_runs: no replay run folder at {path}", field="fit_runs")
-        out += [replace(s, user_id=f"{run}/{s.user_id}") for s in load_samples(path)]
+        out += [replace(s, user_id=f"{run}/{s.user_id}")
+                for s in load_samples(path, cfg.correct)]
     return out
 
 
@@ -102,7 +112,7 @@ def gate_of(cfg: CalibrateConfig, samples: list[ShadowSample]) -> bool:
 def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
     check_calibrate_config(cfg)
     run_dir = run_dir_of(cfg)
-    samples = load_samples(run_dir)
+    samples = load_samples(run_dir, cfg.correct)
     fit, held = split_users(samples) if cfg.held_out == "half" else ([], samples)
     if cfg.held_out == "half" and (not fit or not held):
         raise ConfigError(f"{len(samples)} shadow samples from too few users to hold half out; "
@@ -138,7 +148,7 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
         p, y = lower_tier_outcomes(held, held_scores, cfg.correct_f1)
         score_rows.append({"score": "calibrator P(correct)", **_score_cols(p, y)})
         artifact = Path(cfg.calibrator_out) if cfg.calibrator_out else run_dir / CALIBRATOR
-        model.meta.update({"run": run_dir.name, "fit_runs": list(cfg.fit_runs),
+        model.meta.update({"correct": cfg.correct, "run": run_dir.name, "fit_runs": list(cfg.fit_runs),
                            "fit_samples": len(fit), "grounding": "memory" if gate else "off",
                            "held_out": {"ece": score_rows[-1]["ECE"],
                                         "auroc": score_rows[-1]["AUROC"]}})
@@ -164,6 +174,8 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
     n_more = len(cfg.fit_runs)
     also = f", {n_more} more run{'s' * (n_more > 1)} in the fit half" if n_more else ""
     split = "split by user" if cfg.held_out == "half" else "all of this run's users held out"
+    wrong = (f"F1 < {cfg.correct_f1} against the references" if cfg.correct == "f1" else
+             "not holding a reference's value")
     report = "\n\n".join([
         f"## calibration of {run_dir.name}: {len(samples)} shadow samples ({len(fit)} fit, "
         f"{len(held)} held out, {split}{also})",
@@ -171,11 +183,10 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
         f"Target: {target} at the lowest EffCost; chosen tau = {chosen.tau}; {note}.",
         to_markdown(pl.DataFrame(rows)),
         "small %: answered by the first tier. wrong of accepted %: answers accepted below the "
-        f"last tier with F1 < {cfg.correct_f1} against the references, share of those accepted. "
+        f"last tier {wrong}, share of those accepted. "
         "disagree %: accepted by the first tier while the last tier's answer disagrees (F1 "
         "between them < 0.5), share of all samples.",
-        "### the scores on the held-out users' lower-tier answers (correct: F1 >= "
-        f"{cfg.correct_f1})",
+        f"### the scores on the held-out users' lower-tier answers (wrong: {wrong})",
         to_markdown(pl.DataFrame(score_rows)),
         "### frontier on the held-out users: small % and wrong of accepted % per threshold "
         f"({FRONTIER_PNG})",

@@ -49,6 +49,7 @@ from memroute.routing.confidence_features import features as answer_features
 from memroute.memory.summary import SummaryMemory
 from memroute.routing.facts_block import FactsSource
 from memroute.routing.router import MemoryRetriever, Router, RouteRequest, Tier
+from memroute.text.answers import holds_value
 from memroute.types import Message
 
 Wave = Sequence[tuple[int, TraceRequest]]  # (row number in the trace, request)
@@ -262,6 +263,7 @@ class ShadowRecorder:
                 "kind": req.kind, "answers": [r.answer for r in results],
                 "confidences": [r.decision.confidences[0] for r in results],
                 "f1": [best_f1(r.answer, req.references) for r in results],
+                "value_hit": [holds_value(r.answer, req.references) for r in results],
                 "eff_cost": [r.eff_cost for r in results],
                 # router.grounding's verdict on each tier's answer (None: not checked)
                 "grounded": [r.calls[0].grounded if r.calls else None for r in results],
