@@ -25,7 +25,7 @@ class CalibrateConfig:
     # calibrator_out (default: calibrator.json in the replay's run folder), for router.calibrator.
     correct_f1: float = 0.5
     # Or "value": correct when the answer holds a reference's value (the replay's value %), so
-    # "Our wedding budget is $19,500." for "19,500" is right (shadow rows recorded since 2026-12-07).
+    # "Our wedding budget is $19,500." for "19,500" is right (shadow rows since 2026-12-07).
     correct: str = "f1"
     l2: float = 1.0
     calibrator_out: Optional[str] = None

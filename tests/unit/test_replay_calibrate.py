@@ -185,8 +185,8 @@ def test_a_whole_run_can_be_held_out_when_others_are_fitted_on(tmp_path):
 
 
 def test_a_verbose_right_answer_is_right_by_value_and_wrong_by_f1():
-    verbose = ShadowSample("r1", "acme:u1", ("Your locker code is ZX-4471.", "ZX-4471"), (0.9, 0.99),
-                           (0.33, 1.0), (1.0, 10.0), value_hit=(True, True))
+    verbose = ShadowSample("r1", "acme:u1", ("Your locker code is ZX-4471.", "ZX-4471"),
+                           (0.9, 0.99), (0.33, 1.0), (1.0, 10.0), value_hit=(True, True))
     wrong = ShadowSample("r2", "acme:u2", ("ZX-4417", "ZX-4471"), (0.9, 0.99),
                          (0.0, 1.0), (1.0, 10.0), value_hit=(False, True))
     by_value = evaluate([verbose, wrong], 0.5)

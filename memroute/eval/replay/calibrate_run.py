@@ -148,7 +148,8 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
         p, y = lower_tier_outcomes(held, held_scores, cfg.correct_f1)
         score_rows.append({"score": "calibrator P(correct)", **_score_cols(p, y)})
         artifact = Path(cfg.calibrator_out) if cfg.calibrator_out else run_dir / CALIBRATOR
-        model.meta.update({"correct": cfg.correct, "run": run_dir.name, "fit_runs": list(cfg.fit_runs),
+        model.meta.update({"correct": cfg.correct, "run": run_dir.name,
+                           "fit_runs": list(cfg.fit_runs),
                            "fit_samples": len(fit), "grounding": "memory" if gate else "off",
                            "held_out": {"ece": score_rows[-1]["ECE"],
                                         "auroc": score_rows[-1]["AUROC"]}})
