@@ -193,6 +193,10 @@ def test_a_verbose_right_answer_is_right_by_value_and_wrong_by_f1():
     by_f1 = evaluate([replace(verbose, value_hit=None), replace(wrong, value_hit=None)], 0.5)
     assert by_value.accepted_wrong == pytest.approx(0.5)
     assert by_f1.accepted_wrong == pytest.approx(1.0)
+    # the wrong one was wrong for the last tier too? Then escalating would not have fixed it
+    assert by_value.accepted_avoidable == pytest.approx(0.5)
+    both_wrong = replace(wrong, value_hit=(False, False))
+    assert evaluate([verbose, both_wrong], 0.5).accepted_avoidable == 0.0
     # no reference term to hold (value_hit None for the tier): F1 decides
     assert replace(verbose, value_hit=(None, True)).right(0, 0.5) is False
 

@@ -72,6 +72,9 @@ class PolicyResult:
     small_share: float = 0.0  # answered by the first tier
     # of the answers accepted below the last tier, the share that is wrong (ShadowSample.right)
     accepted_wrong: float = 0.0
+    # ... and wrong while the last tier's own answer is right: what escalating would have fixed
+    # (a stored wrong answer of the last tier, copied, is not)
+    accepted_avoidable: float = 0.0
 
 
 def evaluate(samples: Sequence[ShadowSample], tau: float,
@@ -84,7 +87,7 @@ def evaluate(samples: Sequence[ShadowSample], tau: float,
     if not samples:
         raise ConfigError("no shadow samples: replay with shadow_share > 0 first", field="run_id")
     total_f1 = total_cost = 0.0
-    escalated = wrong = small = accepted = accepted_bad = 0
+    escalated = wrong = small = accepted = accepted_bad = avoidable = 0
     for k, s in enumerate(samples):
         last = len(s.answers) - 1
         score = s.confidences if scores is None else scores[k]
@@ -97,10 +100,13 @@ def evaluate(samples: Sequence[ShadowSample], tau: float,
         wrong += t == 0 and last > 0 and f1(s.answers[0], s.answers[last]) < DISAGREE_BELOW
         if t < last:
             accepted += 1
-            accepted_bad += not s.right(t, correct_f1)
+            bad = not s.right(t, correct_f1)
+            accepted_bad += bad
+            avoidable += bad and s.right(last, correct_f1)
     n = len(samples)
     return PolicyResult(tau, n, total_f1 / n, total_cost / n, escalated / n, wrong / n,
-                        small / n, accepted_bad / accepted if accepted else 0.0)
+                        small / n, accepted_bad / accepted if accepted else 0.0,
+                        avoidable / accepted if accepted else 0.0)
 
 
 def pick_tau(samples: Sequence[ShadowSample], *, target_f1: float | None = None,
