@@ -72,6 +72,24 @@ _FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already
 _CODE = re.compile(r"(?<![\w-])[a-z0-9]+(?:-[a-z0-9]+)+(?![\w-])", re.I)
 
 
+_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_FULL_DATE = re.compile(  # "9 May 2024", "9th of May, 2024", "May 9, 2024", "2024-05-09"
+    rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+\d{{4}}\b|\b{_MONTH}\s+{_DAY},?\s+\d{{4}}\b"
+    r"|\b\d{4}-\d{2}-\d{2}\b", re.I)
+_YEAR = re.compile(r"[12]\d{3}")
+
+
+def without_full_dates(text: str) -> str:
+    """``text`` with its full dates (a day, a month and a year) cut out."""
+    return _FULL_DATE.sub(" ", text)
+
+
+def only_a_year(kept: frozenset[str]) -> bool:
+    """The terms (:func:`terms`) are one four-digit number: a year, or a number like one."""
+    return len(kept) == 1 and bool(_YEAR.fullmatch(next(iter(kept))))
+
+
 def codes(text: str) -> frozenset[str]:
     """The codes of ``text``, lower-cased: hyphen-joined tokens with a letter and a digit."""
     return frozenset(c.lower() for c in _CODE.findall(text)

@@ -40,6 +40,19 @@ def test_an_answer_of_the_questions_own_words_is_an_echo():
     assert grounded("Yes.", texts, 0.5, question=asked) is None  # nothing to check
 
 
+def test_a_year_cut_from_a_date_is_not_read():
+    # seed 30: "2024" for "When is my doctor appointment?", shown "A: 9 May 2024", accepted
+    # 11 times and copied by the repeats.
+    texts = sources([hit("[1 March 2024] Q: I booked my doctor appointment for 9 May 2024. / "
+                         "A: Noted.")], untrusted_models=())
+    assert grounded("2024", texts, 0.5) is False
+    assert grounded("9 May 2024", texts, 0.5) is True
+    assert grounded("2024", ["Appointment: May 9, 2024", "on 2024-05-09"], 0.5) is False
+    # a year the text says on its own, or a number that is no year, is read as before
+    assert grounded("2024", ["We moved to Lisbon in 2024, on 9 May 2024."], 0.5) is True
+    assert grounded("$1,500", ["The budget is $1,500."], 0.5) is True
+
+
 def test_every_number_must_come_from_one_source():
     texts = ["My car budget is $37,000.", "I bought the car in 2019."]
     assert grounded("Your car budget is $37,000.", texts, 0.5) is True
