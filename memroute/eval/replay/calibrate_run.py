@@ -184,8 +184,9 @@ def run_calibration(cfg: CalibrateConfig) -> dict[str, object]:
         f"Target: {target} at the lowest EffCost; chosen tau = {chosen.tau}; {note}.",
         to_markdown(pl.DataFrame(rows)),
         "small %: answered by the first tier. wrong of accepted %: answers accepted below the "
-        f"last tier {wrong}, share of those accepted; of which last tier right: those the "
-        "last tier's own answer gets right (escalating would have fixed them). "
+        f"last tier {wrong}, share of those accepted; wrong, last tier right %: those of them "
+        "the last tier's own answer gets right (escalating would have fixed them), share of "
+        "those accepted. "
         "disagree %: accepted by the first tier while the last tier's answer disagrees (F1 "
         "between them < 0.5), share of all samples.",
         f"### the scores on the held-out users' lower-tier answers (wrong: {wrong})",
@@ -228,7 +229,7 @@ def _cols(r: PolicyResult) -> dict[str, object]:
     return {"n": r.n, "F1": round(100 * r.f1, 1), "EffCost/req": round(r.eff_cost, 1),
             "small %": round(100 * r.small_share, 1), "esc %": round(100 * r.escalation_rate, 1),
             "wrong of accepted %": round(100 * r.accepted_wrong, 1),
-            "of which last tier right %": round(100 * r.accepted_avoidable, 1),
+            "wrong, last tier right %": round(100 * r.accepted_avoidable, 1),
             "disagree %": round(100 * r.confidently_wrong, 1)}
 
 
