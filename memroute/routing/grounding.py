@@ -115,7 +115,7 @@ def grounded(answer: str, texts: Sequence[str], share: float,
     question, and the statement holding "rabbit" does not make them read (all 10 such 0.5B
     answers on the 2,000-request trace were wrong, 5 of them accepted). A bare year is read only
     where a text says it outside a full date: the 0.5B answered "2024" for "A: 9 May 2024" (11
-    of seed 30's first 191 personal answers, all accepted)."""
+    times in seed 30's first 240 requests, all accepted)."""
     kept = terms(answer)
     if not kept:
         return None
