@@ -62,6 +62,22 @@ def test_auto_keeps_every_label_for_other_questions():
     assert block("What is my insurance claim number?", dates="none").count("[") == 0
 
 
+def test_a_stated_date_question_is_told_today_only_beside_a_dated_memory():
+    # The 0.5B answered "On what day is my father's birthday?" with the "Today is" date.
+    today = MemoryLayout(dates="auto", today=True)
+    asked = "On what day is my vet appointment?"
+    bare = build_messages("sys", asked, [VET, CLAIM], layout=today.for_question(asked),
+                          now=MAY_8)[0].content
+    assert "Today is" not in bare and "9 April 2024" in bare
+    # "yesterday" keeps its label, and today's date stays beside it.
+    dated = build_messages("sys", asked, [VET, GYM], layout=today.for_question(asked),
+                           now=MAY_8)[0].content
+    assert "Today is" in dated and "[3 March 2024]" in dated
+    other = "What is my insurance claim number?"
+    assert "Today is" in build_messages("sys", other, [VET, CLAIM],
+                                        layout=today.for_question(other), now=MAY_8)[0].content
+
+
 @pytest.mark.parametrize("value, mode", [(True, "all"), (False, "none"), ("false", "none"),
                                          ("relative", "relative"), ("auto", "auto")])
 def test_memory_dates_takes_the_old_switch_and_the_modes(value, mode):
