@@ -43,8 +43,9 @@ class MemoryLayout:
     else ``all``; :mod:`memroute.routing.memory_view`; :meth:`for_question` resolves it);
     ``order``: chronological (oldest first, so a change reads after the value it replaces),
     relevance (retrieval rank) or newest_first (a small model leans on what it reads first: the
-    latest statement leads); ``today``: the question's date heads the block (:meth:`dates_today` says when); ``latest_wins``:
-    one instruction that the newest wins; ``position``: where the block goes (module doc);
+    latest statement leads); ``today``: the question's date heads the block (when:
+    :meth:`dates_today`); ``latest_wins``: one instruction that the newest wins; ``position``:
+    where the block goes (module doc);
     ``replies_hidden_from``: models whose stored replies this prompt leaves out (an escalation's:
     the cheaper tiers', :meth:`for_tier`)."""
 
