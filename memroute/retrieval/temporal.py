@@ -44,6 +44,9 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from memroute.errors import InvalidRequest
+from memroute.text.dates import DAY_NUM as _DAY_NUM
+from memroute.text.dates import MONTH as _MONTH
+from memroute.text.dates import WEEKDAY as _WEEKDAY
 from memroute.types import RetrievalHit
 
 log = logging.getLogger(__name__)
@@ -57,9 +60,6 @@ OPEN_START = -(2**62)  # "before X": no lower bound (still an INT64 literal for 
 _PREFIX_RE = re.compile(r"^\s*\[current date:\s*([^\]]*)\]\s*", re.IGNORECASE)
 _PREFIX_DATE_RE = re.compile(r"(\d{4})[/-](\d{1,2})[/-](\d{1,2})(?:\D+?(\d{1,2}):(\d{2}))?")
 
-_MONTH = (r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
-          r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?")
-_WEEKDAY = r"monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _UNIT = r"days?|weeks?|months?|years?"
 # Enough on its own: relative words and numeric dates.
 _STRONG_RE = re.compile(
@@ -71,7 +71,6 @@ _STRONG_RE = re.compile(
 _WEAK_RE = re.compile(rf"\b(?:{_MONTH}|(?:19|20)\d{{2}})\b", re.IGNORECASE)
 _MONTH_RE = re.compile(rf"^(?:{_MONTH})$", re.IGNORECASE)
 _YEAR_RE = re.compile(r"^(?:19|20)\d{2}$")
-_DAY_NUM = r"\d{1,2}(?:st|nd|rd|th)?"
 _MONTH_WITH_NUMBER_RE = re.compile(
     rf"\b(?:{_MONTH})\.?\s+(?:{_DAY_NUM}|(?:19|20)\d{{2}})\b|\b{_DAY_NUM}\s+(?:of\s+)?(?:{_MONTH})\b",
     re.IGNORECASE,

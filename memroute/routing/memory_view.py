@@ -40,6 +40,7 @@ import re
 
 from memroute.memory.supersession import contradicts_itself, split_memory_text, statement_part
 from memroute.memory.values import adds_values, echoes_memory, values
+from memroute.text.dates import WEEKDAY
 from memroute.text.turn_kind import asks_something, only_states
 from memroute.types import Memory, replied_here
 
@@ -50,11 +51,10 @@ DATE_MODES = ("auto", "all", "relative", "none")
 _ASKS_STATED_TIME = re.compile(
     r"\b(?:when|what\s+date|which\s+date|what\s+day|which\s+day|what\s+time)\s+"
     r"(?:is|are|does|do|will)\b", re.I)
-_WEEKDAY = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 # Words a date label turns into a date ("yesterday" -> 7 May 2023).
 _RELATIVE_TIME = re.compile(
     rf"\b(?:today|tonight|tomorrow|yesterday|ago|(?:last|next|this|past|coming)\s+"
-    rf"(?:week|weekend|month|year|night|morning|afternoon|evening|{_WEEKDAY}))\b", re.I)
+    rf"(?:week|weekend|month|year|night|morning|afternoon|evening|{WEEKDAY}))\b", re.I)
 
 
 def asks_stated_time(question: str) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from memroute.errors import ConfigError
+from memroute.text.dates import DAY_NUM, MONTH
 from memroute.text.tokenize import unigrams
 
 _PUNCT = set(string.punctuation)
@@ -72,10 +73,9 @@ _FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already
 _CODE = re.compile(r"(?<![\w-])[a-z0-9]+(?:-[a-z0-9]+)+(?![\w-])", re.I)
 
 
-_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
-_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_MONTH = rf"(?:{MONTH})\b\.?"  # "May", "Sept." (not "markets")
 _FULL_DATE = re.compile(  # "9 May 2024", "9th of May, 2024", "May 9, 2024", "2024-05-09"
-    rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+\d{{4}}\b|\b{_MONTH}\s+{_DAY},?\s+\d{{4}}\b"
+    rf"\b{DAY_NUM}\s+(?:of\s+)?{_MONTH},?\s+\d{{4}}\b|\b{_MONTH}\s+{DAY_NUM},?\s+\d{{4}}\b"
     r"|\b\d{4}-\d{2}-\d{2}\b", re.I)
 _YEAR = re.compile(r"[12]\d{3}")
 

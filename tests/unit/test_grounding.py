@@ -51,6 +51,9 @@ def test_a_year_cut_from_a_date_is_not_read():
     # a year the text says on its own, or a number that is no year, is read as before
     assert grounded("2024", ["We moved to Lisbon in 2024, on 9 May 2024."], 0.5) is True
     assert grounded("$1,500", ["The budget is $1,500."], 0.5) is True
+    # a month is a month's name, not any word starting like one ("markets", "decades")
+    assert grounded("2024", ["We opened 9 markets 2024 alone."], 0.5) is True
+    assert grounded("2024", ["Renewed on 9 Sept. 2024."], 0.5) is False
 
 
 def test_every_number_must_come_from_one_source():
