@@ -65,8 +65,10 @@ def f1_score(prediction: object, reference: object, *, stem: bool = False) -> fl
 
 
 _NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
-_MONTHS = {m[:3]: m for m in ("january february march april may june july august september "
-                              "october november december").split()}
+_MONTH_NAMES = ("january february march april may june july august september october november "
+                "december").split()
+_MONTHS = {m[:3]: m for m in _MONTH_NAMES}
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already)
 # A code: hyphen-joined letters and digits ("NJ-1391", "WB-2984"). Compared whole: its number
 # alone let the 0.5B's "NQ-1391" pass as read from "NJ-1391" (seed 17).
@@ -99,10 +101,20 @@ def codes(text: str) -> frozenset[str]:
 def terms(text: str) -> frozenset[str]:
     """What an answer is compared by: its numbers as digit strings, whatever their format
     ("$38,000" and "38000", "20th" and "20", "10:45am" and "10:45", "05" and "5"), and its other
-    kept words, month abbreviations spelt out ("Oct" is "october"), and its codes whole."""
+    kept words, month abbreviations spelt out ("Oct" is "october"), its ISO dates spelt out
+    ("2024-04-09" is "9 april 2024": the 0.5B's "2024-04-09" for a memory's "9 April 2024" was
+    ungrounded, and escalated, 3 times in one replay of seed 31), and its codes whole."""
+    text = _ISO_DATE.sub(_spelt, text)
     numbers = {n.replace(",", "").lstrip("0") or "0" for n in _NUMBER.findall(text)}
     words = {_MONTHS.get(w, w) for w in unigrams(text) if not any(c.isdigit() for c in w)}
     return frozenset(numbers | (words - _FORMAT_WORDS) | codes(text))
+
+
+def _spelt(m: re.Match[str]) -> str:
+    year, month, day = (int(g) for g in m.groups())
+    if 1 <= month <= 12 and 1 <= day <= 31:
+        return f"{day} {_MONTH_NAMES[month - 1]} {year}"
+    return m.group(0)
 
 
 def holds_value(answer: str, references: Sequence[str]) -> bool | None:

@@ -7,6 +7,7 @@ from memroute.config import RetrievalConfig, RouterConfig
 from memroute.errors import ConfigError
 from memroute.routing.grounding import client_texts, grounded, on_subject, sources, subject_words
 from memroute.routing.router import Router, Tier
+from memroute.text.answers import holds_value
 from memroute.types import Memory, Message, RetrievalHit, TurnPair
 
 from .fakes import FakeBackend, FakeRetriever
@@ -54,6 +55,15 @@ def test_a_year_cut_from_a_date_is_not_read():
     # a month is a month's name, not any word starting like one ("markets", "decades")
     assert grounded("2024", ["We opened 9 markets 2024 alone."], 0.5) is True
     assert grounded("2024", ["Renewed on 9 Sept. 2024."], 0.5) is False
+
+
+def test_an_iso_date_reads_as_the_date_it_writes():
+    # seed 31: the 0.5B's "2024-04-09" for "9 April 2024" was escalated as unread.
+    texts = ["I booked my doctor appointment for 9 April 2024."]
+    assert grounded("2024-04-09", texts, 0.5) is True
+    assert grounded("2024-04-19", texts, 0.5) is False
+    assert grounded("2024-13-09", texts, 0.5) is False  # no month 13: numbers, not a date
+    assert holds_value("On 2024-04-09.", ["9 April 2024"]) is True
 
 
 def test_every_number_must_come_from_one_source():
