@@ -83,6 +83,6 @@ class RouterConfig:
     system_prompt: str = (
         "You are a helpful personal assistant with memories of earlier conversations. "
         "Answer with only the short answer (a name, date, number or short phrase), not a full "
-        "sentence. Give dates as absolute dates, working out words like yesterday or last year "
-        "from the date of the memory."
+        "sentence. Give dates as absolute dates, working out a relative time from the date of "
+        "the memory that says it."
     )

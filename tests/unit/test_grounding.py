@@ -355,7 +355,7 @@ def test_an_escalation_does_not_see_the_cheaper_tiers_replies():
 def test_an_escalation_reads_only_memories_on_the_questions_subject():
     sister = TurnPair("alice", "s1", 0, "My sister is in Tbilisi now.", "Noted", MAY_8 - 86400,
                       source_model="large")
-    squared = TurnPair("alice", "s1", 1, "What is 48 squared?", "2304", MAY_8 - 3600,
+    squared = TurnPair("alice", "s1", 1, "What is 76 squared?", "5776", MAY_8 - 3600,
                        source_model="large")
     router, small, large = make("I am not sure", memories=[sister, squared])
     small.logprob = -3.0  # unsure: escalates
@@ -366,10 +366,10 @@ def test_an_escalation_reads_only_memories_on_the_questions_subject():
     router.cfg.escalation_memories = "subject"               # the default
     router.route("alice", "What is 76 squared?", session_time=MAY_8 + 60)
     escalation = large.prompts[-1][0].content
-    assert "48 squared" in escalation and "Tbilisi" not in escalation
+    assert "76 squared" in escalation and "Tbilisi" not in escalation
     router.route("alice", "Which city does my sister live in?", session_time=MAY_8 + 120)
     escalation = large.prompts[-1][0].content
-    assert "Tbilisi" in escalation and "48 squared" not in escalation
+    assert "Tbilisi" in escalation and "76 squared" not in escalation
 
 
 def test_the_first_tier_reads_only_memories_on_the_subject():
@@ -384,6 +384,28 @@ def test_the_first_tier_reads_only_memories_on_the_subject():
     router.cfg.first_tier_memories = "all"
     router.route("alice", "What is my rabbit's name?", session_time=MAY_8 + 60)
     assert "Waffles" in small.prompts[-1][0].content
+
+
+def test_the_same_question_of_another_thing_is_not_read():
+    # seed 31: "Krakow" for "Where does my cousin live?", read off the grandfather's question.
+    grandpa = hit("[2 May 2024] Q: Where does my grandfather live? / A: Krakow",
+                  source_model="large", mid=1)
+    moved = hit("[3 May 2024] Q: My cousin just moved to Busan. / A: Noted", mid=2,
+                source_model="large")
+    cousin = hit("[4 May 2024] Q: Quick question: where does my cousin live? / A: Busan",
+                 source_model="small", mid=3)
+    said = hit("[1 May 2024] Q: Where does your grandfather live? / A: Krakow", mid=4)
+    assert on_subject([grandpa, moved, cousin, said], "Where does my cousin live?") == [
+        moved, cousin, said]  # a dataset's turn is the speaker's own words: kept
+    # a reworded copy of the same question stays when it names nothing of its own
+    code = hit("[2 May 2024] Q: What's the code for my mailbox? / A: TW-5432",
+               source_model="large")
+    assert on_subject([code], "Which code opens my mailbox?") == [code]
+    # numbers decide for a question that has them
+    product = hit("[2 May 2024] Q: What's the product of 34 and 53? / A: 1802",
+                  source_model="large")
+    assert on_subject([product], "Can you remind me: what is 34 times 53?") == [product]
+    assert on_subject([product], "What is 37 times 53?") == []
 
 
 def test_closest_grounding_reads_only_the_statement_closest_to_the_question():
