@@ -40,7 +40,7 @@ from memroute.memory.supersession import split_memory_text
 from memroute.routing.memory_view import only_asks, shown_reply
 from memroute.text.answers import codes, only_a_year, terms, without_full_dates
 from memroute.text.tokenize import unigrams
-from memroute.text.turn_kind import ASKING_OPENINGS, asks_something
+from memroute.text.turn_kind import ASKING_OPENINGS
 from memroute.types import Message, RetrievalHit, replied_here
 
 GROUNDING_MODES = ("off", "memory", "closest")  # router.grounding, laxest first
@@ -102,23 +102,24 @@ def on_subject(hits: Sequence[RetrievalHit], question: str) -> list[RetrievalHit
     subject = subject_words(question)
     return [h for h in hits
             if subject & subject_words(" ".join(split_memory_text(h.memory.text)))
-            and not asks_another_thing(h, subject)]
+            and not ("?" in question and asks_another_thing(h, subject))]
 
 
 def asks_another_thing(hit: RetrievalHit, subject: frozenset[str]) -> bool:
-    """The memory is a question put to a tier that shares words with the question of
-    ``subject`` but is about another thing: it lacks one of the question's numbers ("product
-    of 22 and 31" for "37 times 27"), or, with no number asked, each has a subject word of its
-    own ("Where does my grandfather live? / A: Krakow" for "Where does my cousin live?").
-    Template words ("live", "code", "appointment", "budget") shared this way put another
-    fact's value in front of the 0.5B, which answered with it: on seed 31 tier 0 read 150
-    memories of another fact for 260 personal questions, and this drops 93 of them, and 13
-    of the 528 on the question's fact, each a reworded copy ("which caterer did we pick?" /
+    """The memory is a question put to a tier (a question mark: not a task, "Step 2: List the
+    open questions ...", whose earlier steps a workflow's later steps read) that shares words
+    with the question of ``subject`` but is about another thing: it lacks one of the question's
+    numbers ("product of 22 and 31" for "37 times 27"), or, with no number asked, each has a
+    subject word of its own ("Where does my grandfather live? / A: Krakow" for "Where does my
+    cousin live?"). Template words ("live", "code", "appointment", "budget") shared this way
+    put another fact's value in front of the 0.5B, which answered with it: on seed 31 tier 0
+    read 150 memories of another fact for 260 personal questions; this drops 93 of them, and
+    13 of the 528 on the question's fact, each a reworded copy ("which caterer did we pick?" /
     "who did we go with as our caterer?") whose statement or other copies stayed in every
-    prompt. A statement, and a dataset's or an ingested history's turn, is never dropped:
-    its words are the user's own, not a question's template."""
+    prompt. A statement, and a dataset's or an ingested history's turn, is never dropped: its
+    words are the user's own, not a question's template."""
     said = split_memory_text(hit.memory.text)[0]
-    if not replied_here(hit.memory.source_model) or not asks_something(said):
+    if not replied_here(hit.memory.source_model) or "?" not in said:
         return False
     own = subject_words(said)
     numbers = {w for w in subject if any(c.isdigit() for c in w)}
