@@ -80,6 +80,8 @@ class RouterConfig:
     memory_position: str = "system"
     # Short answers and absolute dates: on LoCoMo (50 q, Qwen 0.5B, warm) this prompt gave F1 28.3
     # against 12.6 for "answer in a few words" (full sentences and "last Saturday" cost token F1).
+    # No example words (stop 47): shown no date, the 0.5B answered "On what day is my sister's
+    # birthday?" with "Last year", copied from "words like yesterday or last year".
     system_prompt: str = (
         "You are a helpful personal assistant with memories of earlier conversations. "
         "Answer with only the short answer (a name, date, number or short phrase), not a full "
