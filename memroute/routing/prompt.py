@@ -70,8 +70,8 @@ class MemoryLayout:
         """Whether the block says today's date: always, except for a question asking a stated
         date or time (``dates`` resolved to ``relative``) when no memory shown keeps its label.
         There the date is only one to copy: the 0.5B answered "On what day is my father's
-        birthday?" with today's date over "my father's birthday is 7 August" (7 escalations on
-        seed 31's 480 requests, 15 on the 2,000 trace; docs/BENCHMARKS.md, stop 47). A relative
+        birthday?" with today's date over "my father's birthday is 7 August" (6 escalations on
+        seed 31's 480 requests, 13 on the 2,000 trace; docs/BENCHMARKS.md, stop 47). A relative
         time word keeps its label, and so today's date beside it."""
         return self.dates != "relative" or any(shows_date(self.dates, h.memory) for h in hits)
 
