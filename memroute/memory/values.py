@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from memroute.text.dates import MONTH, MONTH_NAMES, WEEKDAY_NAMES
+
 SHORT_ANSWER_WORDS = 4  # up to this many words, an answer's first capitalised word is a name
 
-_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
-          r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
-_MONTHS_WORDS = frozenset("""january february march april may june july august september october
-    november december monday tuesday wednesday thursday friday saturday sunday""".split())
+_MONTH = rf"(?:{MONTH})"
+_MONTHS_WORDS = frozenset(MONTH_NAMES + WEEKDAY_NAMES)
 _QUOTES = "'\"\u2018\u2019\u201c\u201d"
 # (kind, pattern); earlier kinds claim their span first.
 _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from memroute.errors import ConfigError
-from memroute.text.dates import DAY_NUM, MONTH
+from memroute.text.dates import DAY_NUM, MONTH, MONTH_NAMES
 from memroute.text.tokenize import unigrams
 
 _PUNCT = set(string.punctuation)
@@ -65,9 +65,7 @@ def f1_score(prediction: object, reference: object, *, stem: bool = False) -> fl
 
 
 _NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
-_MONTH_NAMES = ("january february march april may june july august september october november "
-                "december").split()
-_MONTHS = {m[:3]: m for m in _MONTH_NAMES}
+_MONTHS = {m[:3]: m for m in MONTH_NAMES}
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _FORMAT_WORDS = frozenset({"pm"})  # a time's suffix ("am" is a stopword already)
 # A code: hyphen-joined letters and digits ("NJ-1391", "WB-2984"). Compared whole: its number
@@ -113,7 +111,7 @@ def terms(text: str) -> frozenset[str]:
 def _spelt(m: re.Match[str]) -> str:
     year, month, day = (int(g) for g in m.groups())
     if 1 <= month <= 12 and 1 <= day <= 31:
-        return f"{day} {_MONTH_NAMES[month - 1]} {year}"
+        return f"{day} {MONTH_NAMES[month - 1]} {year}"
     return m.group(0)
 
 
