@@ -53,6 +53,11 @@ class RouterConfig:
     # grounding "closest": -8 % and -2 % EffCost@prod at +1.9 and +0.2 F1 on two fresh traces
     # (docs/BENCHMARKS.md, stop 44).
     first_tier_memories: str = "subject"
+    # What a turn that only states reads ("We switched our caterer to Brightwater."; not a task,
+    # memroute/text/turn_kind.py): "none" (default), "subject" or "all". Shown memories, the
+    # 0.5B's acknowledgement was a copy of one of them, 190 injected tokens a statement
+    # (memroute/routing/tier_memories.py; docs/BENCHMARKS.md, stop 48).
+    statement_memories: str = "none"
     # A question the user asked again, stored with the same answer each time: "collapse" keeps
     # one copy among a request's memories (the most trusted; memroute/routing/repeats.py) and
     # fills the freed places from further down the ranking; "escalation" does so only for the

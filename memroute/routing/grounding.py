@@ -136,8 +136,11 @@ def client_texts(history: Sequence[Message], tail: Sequence[Message]) -> list[st
 def grounded(answer: str, texts: Sequence[str], share: float,
              question: str | None = None) -> bool | None:
     """True when one of ``texts`` holds every number and code of ``answer`` and at least
-    ``share`` of its terms; None when the answer has no term (nothing to check); False for an
-    answer made only of ``question``'s own terms: "Rabbit" for "what's our rabbit called?", or
+    ``share`` of its terms, less those of ``question``; None when the answer has no term (nothing
+    to check). The question's terms are what the user supplied, not a claim: "59 squared is
+    3481." for "what's the square of 59?" is read from "Q: What is 59 squared? / A: 3481", whose
+    two turns each held only one of its numbers (12 right answers of the 2,000-request trace
+    escalated so). False for an answer made only of ``question``'s own terms: "Rabbit" for "what's our rabbit called?", or
     "10 days" for "Count the days from 9 September 2021 to 10 January 2022." restate the
     question, and the statement holding "rabbit" does not make them read (all 10 such 0.5B
     answers on the 2,000-request trace were wrong, 5 of them accepted). A bare year is read only
@@ -146,11 +149,14 @@ def grounded(answer: str, texts: Sequence[str], share: float,
     kept = terms(answer)
     if not kept:
         return None
-    if question is not None and kept <= terms(question):
-        return False
+    if question is not None:
+        asked = terms(question)
+        if kept <= asked:
+            return False
+        kept -= asked  # the question's words are no claim: "59 squared is 3481." claims 3481
     if only_a_year(kept):  # a year cut from a date ("2024" for "9 May 2024") is no answer
         texts = [without_full_dates(t) for t in texts]
-    numbers = {t for t in kept if t.isdigit()} | codes(answer)
+    numbers = {t for t in kept if t.isdigit()} | (codes(answer) & kept)
     need = share * len(kept)
     for text in texts:
         have = kept & terms(text)

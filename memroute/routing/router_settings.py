@@ -10,7 +10,7 @@ from memroute.routing.calibrator import Calibrator
 from memroute.routing.calibrator import load as load_calibrator
 from memroute.routing.decoding import check_probe_decoding
 from memroute.routing.grounding import GROUNDING_MODES
-from memroute.routing.tier_memories import MEMORY_SCOPES, REPEATS
+from memroute.routing.tier_memories import MEMORY_SCOPES, REPEATS, STATEMENT_SCOPES
 
 
 def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None:
@@ -29,6 +29,10 @@ def check_router_settings(cfg: RouterConfig, retrieval: RetrievalConfig) -> None
         if getattr(cfg, name) not in MEMORY_SCOPES:
             raise ConfigError(f"router.{name} must be one of {', '.join(MEMORY_SCOPES)}, "
                               f"got {getattr(cfg, name)!r}", field=f"router.{name}")
+    if cfg.statement_memories not in STATEMENT_SCOPES:
+        raise ConfigError(f"router.statement_memories must be one of "
+                          f"{', '.join(STATEMENT_SCOPES)}, got {cfg.statement_memories!r}",
+                          field="router.statement_memories")
     if cfg.repeats not in REPEATS:
         raise ConfigError(f"router.repeats must be one of {', '.join(REPEATS)}, got "
                           f"{cfg.repeats!r}", field="router.repeats")

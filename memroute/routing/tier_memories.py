@@ -18,6 +18,11 @@ tier:
 - ``router.escalation_memories=subject``: an escalation of a question reads only the memories
   on its subject (:func:`memroute.routing.grounding.on_subject`);
   ``router.first_tier_memories=subject``: so does the first tier.
+- ``router.statement_memories``: what a turn that only states reads ("We switched our caterer
+  to Brightwater."; ``turn_kind.only_states``, not a task). ``none`` (default): nothing. Shown
+  five memories, the 0.5B answered 227 of the 2,000-request trace's 502 statements with a
+  copy of a memory line ("[22 March 2024] Q: What caterer did we choose? / A: Brightwater"),
+  read at 190 injected tokens a statement; ``subject`` reads those on its subject; ``all``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from memroute.types import Memory, RetrievalHit
 
 REPEATS = ("keep", "collapse", "escalation")  # router.repeats
 MEMORY_SCOPES = ("subject", "all")  # router.first_tier_memories, router.escalation_memories
+STATEMENT_SCOPES = ("none", *MEMORY_SCOPES)  # router.statement_memories
 
 
 def candidates_k(top_k: int, cfg: RouterConfig) -> int:
@@ -43,6 +49,11 @@ def candidates_k(top_k: int, cfg: RouterConfig) -> int:
 def memories_for(t: int, hits: Sequence[RetrievalHit], query: str, cfg: RouterConfig, *,
                  top_k: int, trust: Callable[[Memory], int]) -> list[RetrievalHit]:
     """What tier ``t`` (0: the first) reads of the retrieved ``hits`` for ``query``."""
+    if only_states(query):
+        if cfg.statement_memories == "none":
+            return []
+        if cfg.statement_memories == "subject":
+            return on_subject(hits[:top_k], query)
     if cfg.repeats == "collapse" or (cfg.repeats == "escalation" and t > 0):
         hits = collapse_repeats(hits, trust)
     chosen = list(hits[:top_k])

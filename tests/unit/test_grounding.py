@@ -74,6 +74,21 @@ def test_every_number_must_come_from_one_source():
     assert grounded("Your car budget is $38,000.", texts, 0.5) is False
 
 
+def test_the_questions_own_words_are_no_claim():
+    # 2,000-request trace: "59 squared is 3481." was escalated, each turn of "Q: What is 59
+    # squared? / A: 3481" holding only one of its numbers; the 59 is what the user asked.
+    stored = hit("[12 March 2024] Q: What is 59 squared? / A: 3481", source_model="large")
+    asked = "Can you remind me: what's the square of 59? Thanks!"
+    texts = sources([stored], untrusted_models=("small",), question=asked, closest=True)
+    assert grounded("59 squared is 3481.", texts, 0.5) is False      # without the question
+    assert grounded("59 squared is 3481.", texts, 0.5, question=asked) is True
+    assert grounded("59 squared is 3418.", texts, 0.5, question=asked) is False
+    assert grounded("61 squared is 3481.", texts, 0.5, question=asked) is False  # 61: a claim
+    # what the question did not supply must still come from one source
+    cars = ["My car budget is $37,000.", "I bought the car in 2019."]
+    assert grounded("$37,000 in 2019", cars, 0.5, question="What is my car budget?") is False
+
+
 def test_the_share_of_words_one_source_must_hold():
     texts = ["My sister Maya lives in Lisbon."]
     assert grounded("Maya lives in Lisbon.", texts, 0.5) is True

@@ -56,14 +56,15 @@ def test_statements_are_never_collapsed():
     assert len(collapse_repeats(same, TRUST)) == 3
 
 
-def make(repeats, memories, statement_slot=False):
+def make(repeats, memories, statement_slot=False, statement_memories="none"):
     small = FakeBackend("small", answer="Tbilisi", logprob=-0.05)
     large = FakeBackend("large", answer="Tbilisi", logprob=-0.05)
     retriever = FakeRetriever()
     retriever.remember(memories)
     router = Router(
         [Tier("small", small, Pricing(0.5)), Tier("large", large, Pricing(8.0))],
-        RouterConfig(tau=0.5, repeats=repeats, store_answers=False, statement_slot=statement_slot),
+        RouterConfig(tau=0.5, repeats=repeats, store_answers=False, statement_slot=statement_slot,
+                     statement_memories=statement_memories),
         RetrievalConfig(top_k=3, probe_token_budget=512, token_budget=512),
         retriever,
     )
@@ -107,6 +108,9 @@ def test_a_bad_setting_is_a_config_error_naming_it():
     with pytest.raises(ConfigError) as e:
         make("dedupe", [])
     assert e.value.field == "router.repeats"
+    with pytest.raises(ConfigError) as e:
+        make("keep", [], statement_memories="subject_only")
+    assert e.value.field == "router.statement_memories" and "none, subject, all" in str(e.value)
 
 
 def sister_asked(model="small"):
@@ -149,12 +153,35 @@ def test_only_a_statement_on_the_subject_takes_the_slot(other):
 
 
 def test_no_slot_for_a_turn_that_asks_nothing_or_one_already_holding_a_statement():
-    router, small = make("keep", [*sister_asked(), MOVED], statement_slot=True)
+    router, small = make("keep", [*sister_asked(), MOVED], statement_slot=True,
+                         statement_memories="all")
     router.route("alice", "My sister loves her city.", session_time=MAY_8 + 7200)
-    assert "moved to Tbilisi" not in small.prompts[-1][0].content
+    prompt = small.prompts[-1][0].content
+    assert "which city does my sister" in prompt and "moved to Tbilisi" not in prompt
     on_top = TurnPair("alice", "s1", 8, "My sister lives in a city by the sea.", "Noted",
                       MAY_8 + 1800)
     router, small = make("keep", [*sister_asked()[:2], on_top, MOVED], statement_slot=True)
     router.route("alice", "which city does my sister live in?", session_time=MAY_8 + 7200)
     prompt = small.prompts[-1][0].content
     assert "by the sea" in prompt and "moved to Tbilisi" not in prompt
+
+
+COUSIN = TurnPair("alice", "s1", 10, "My cousin lives in Boise.", "Noted", MAY_8 + 3000)
+
+
+@pytest.mark.parametrize("scope, shown", [
+    ("none", []),                                  # the default: an acknowledgement reads nothing
+    ("subject", ["moved to Tbilisi"]),             # those sharing a subject word ("sister")
+    ("all", ["moved to Tbilisi", "cousin lives in Boise"]),
+])
+def test_a_turn_that_only_states_reads_what_statement_memories_says(scope, shown):
+    router, small = make("keep", [MOVED, COUSIN], statement_memories=scope)
+    res = router.route("alice", "My sister loves her new flat.", session_time=MAY_8 + 7200)
+    prompt = small.prompts[-1][0].content
+    assert [s for s in ("moved to Tbilisi", "cousin lives in Boise") if s in prompt] == shown
+    assert len(res.decision.memories) == len(shown)
+    # A question and a task read their memories whatever the scope.
+    router.route("alice", "Draft a note to my sister about her city.", session_time=MAY_8 + 7200)
+    assert "moved to Tbilisi" in small.prompts[-1][0].content
+    router.route("alice", "Where does my sister live?", session_time=MAY_8 + 7200)
+    assert "moved to Tbilisi" in small.prompts[-1][0].content
