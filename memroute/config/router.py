@@ -93,3 +93,12 @@ class RouterConfig:
         "sentence. Give dates as absolute dates, working out a relative time from the date of "
         "the memory that says it."
     )
+    # The system prompt of a turn that only states ("We switched our caterer to Brightwater.";
+    # memroute/text/turn_kind.py) when the client sends none; empty: system_prompt. Told to
+    # give "a name, date, number or short phrase" with no memory, the 0.5B acknowledged
+    # statements with an invented name ("John", "Ford") at low confidence, and 16 of seed 31's
+    # 132 escalated (docs/BENCHMARKS.md, stop 48).
+    statement_prompt: str = (
+        "You are a helpful personal assistant with memories of earlier conversations. The user "
+        "is telling you something to remember: acknowledge it in a few words."
+    )

@@ -17,12 +17,15 @@ evidence"):
   (``supersession.contradicts_itself``): the 1.5B answered that statement with "1 March 2024",
   a date label, and the 0.5B then copied it into every later answer. A reply not shown is no
   evidence for grounding either.
-- **A model's reply to a statement of fact that states a value the statement does not.** The
-  same authority rule for a user turn that only states (``turn_kind.only_states``: no question,
-  no task): the 0.5B acknowledged "Note this down: my locker code is ZY-1685." with
-  "Octavia Castellano", a name from its memory block, and a later "When is my eye exam?" got
-  that name back (seed 17). A task's reply ("Draft a short message to ...") is kept: it is
-  the work a later step reads; so is a dataset's reply (LoCoMo's second speaker is a person).
+- **A model's reply to a statement.** A user turn that only states (``turn_kind.only_states``:
+  no question, no task) is the memory; the reply is an acknowledgement. Shown, it misled: the
+  0.5B acknowledged "Note this down: my locker code is ZY-1685." with "Octavia Castellano", a
+  name from its memory block, and a later "When is my eye exam?" got that name back (seed 17);
+  and once statements were answered without memories (``router.statement_memories=none``) their
+  sentences ("The travel budget was set at $17,000.") became the answer style the 0.5B copied
+  for the questions (stop 48: F1 83.3 -> 75.8 on seed 31, value % unchanged). A task's reply
+  ("Draft a short message to ...") is kept: it is the work a later step reads; so is a
+  dataset's reply (LoCoMo's second speaker is a person).
 - **A model's reply that echoes the memory block** ("[2 March 2024] Q: Can you remind me: where
   does my sister live? / A: Tbilisi" as the 0.5B's reply to "My sister moved again, to
   Tbilisi"): 25 of the 0.5B's 54 replies to statements on seed 17. It says nothing the memories
@@ -39,7 +42,7 @@ from __future__ import annotations
 import re
 
 from memroute.memory.supersession import contradicts_itself, split_memory_text, statement_part
-from memroute.memory.values import adds_values, echoes_memory, values
+from memroute.memory.values import echoes_memory, values
 from memroute.text.dates import WEEKDAY
 from memroute.text.turn_kind import asks_something, only_states
 from memroute.types import Memory, replied_here
@@ -94,7 +97,6 @@ def shown_reply(memory: Memory) -> str:
         return ""
     if answer and contradicts_itself(question, answer, any_kind=bool(memory.source_model)):
         return ""
-    if (answer and by_model and only_states(question)
-            and adds_values(question, answer)):
-        return ""
+    if answer and by_model and only_states(question):
+        return ""  # an acknowledgement: the user's statement is the memory
     return answer

@@ -22,6 +22,7 @@ from memroute.errors import ConfigError
 from memroute.memory.supersession import split_memory_text
 from memroute.routing.memory_view import (DATE_MODES, dates_for, only_asks, shown_reply,
                                           shows_date)
+from memroute.text.turn_kind import only_states
 from memroute.types import Message, RetrievalHit, chronological_key, format_session_date
 
 MEMORY_HEADER = "Memories of earlier conversations with this user (oldest first):"
@@ -93,6 +94,15 @@ class MemoryLayout:
         question, answer = split_memory_text(hit.memory.text)
         hidden = hit.memory.source_model in self.replies_hidden_from or not shown_reply(hit.memory)
         return not (answer and hidden and only_asks(question))
+
+
+def system_prompt_for(cfg: RouterConfig, query: str, client_system: str | None) -> str:
+    """The system message: the client's own, else ``router.statement_prompt`` for a turn that
+    only states (an acknowledgement, not an answer), else ``router.system_prompt``."""
+    if client_system is not None:
+        return client_system
+    states = cfg.statement_prompt and only_states(query)
+    return cfg.statement_prompt if states else cfg.system_prompt
 
 
 _BOOL_DATES = {"true": "all", "false": "none"}  # the switch was a bool before "auto"

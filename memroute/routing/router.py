@@ -38,7 +38,7 @@ from memroute.routing.members import Pending, Prompt
 from memroute.routing.request import RouteRequest, Tier, turn_pair_of
 from memroute.routing.router_settings import calibrator_for, check_router_settings
 from memroute.routing.prompt import (MemoryLayout, build_messages, history_within,
-                                     memory_layout, select_within_budget)
+                                     memory_layout, select_within_budget, system_prompt_for)
 from memroute.routing.repeats import trust_by
 from memroute.routing.tier_failures import degrade_unreadable_memory, skip_failed_tier
 from memroute.routing.tier_memories import candidates_k, memories_for
@@ -222,7 +222,7 @@ class Router:
     ) -> Prompt:
         backend = tier.backend
         decoding = self._decoding(t, req)
-        system = self.cfg.system_prompt if req.system is None else req.system
+        system = system_prompt_for(self.cfg, req.query, req.system)
         budget = self._budget(t)
         # The facts first, with this tier's tokenizer; the turn-pairs fill what they leave.
         _, block = select_facts(facts or (), budget, backend.count_text_tokens, _now(req))

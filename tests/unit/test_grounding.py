@@ -350,8 +350,8 @@ def test_an_escalation_does_not_see_the_cheaper_tiers_replies():
     # the 1.5B, asked because the 0.5B was unsure the next time, copied it from that memory.
     wrong = TurnPair("alice", "s1", 0, "How much is the emergency fund target?", "RS-7316",
                      MAY_8 - 86400, source_model="small")
-    fund = TurnPair("alice", "s1", 1, "We set the emergency fund target at $39,500.", "Noted",
-                    MAY_8 - 2 * 86400, source_model="large")
+    fund = TurnPair("alice", "s1", 1, "What did we set the emergency fund target at?",
+                    "$39,500", MAY_8 - 2 * 86400, source_model="large")
     router, small, large = make("I am not sure", memories=[wrong, fund])
     small.logprob = -3.0  # unsure: escalates
     res = router.route("alice", "Remind me, how much is the emergency fund target?",
@@ -361,7 +361,7 @@ def test_an_escalation_does_not_see_the_cheaper_tiers_replies():
     escalation = large.prompts[0][0].content
     assert "RS-7316" not in escalation
     assert "How much is the emergency fund target?" not in escalation  # a bare question: left out
-    assert "$39,500. / A: Noted" in escalation               # a stronger tier's reply stays
+    assert "target at? / A: $39,500" in escalation           # a stronger tier's reply stays
     router.cfg.cheaper_replies = True
     router.route("alice", "Remind me, how much is the emergency fund target?", session_time=MAY_8)
     assert "RS-7316" in large.prompts[1][0].content

@@ -97,7 +97,7 @@ def test_a_models_reply_stating_what_the_change_did_not_is_not_shown():
     assert shown_reply(wrong) == ""
     ack = Memory(2, "alice", "[2 March 2024] Q: From now on the weekly call with my mom is at "
                              "8:30 am. / A: Got it, 8:30 am.", 0, source_model="large")
-    assert shown_reply(ack) == "Got it, 8:30 am."
+    assert shown_reply(ack) == ""              # a statement's acknowledgement: the turn is it
     plain = Memory(3, "alice", "[2 March 2024] Q: What time is the call? / A: 8:30 am", 0,
                    source_model="large")
     assert shown_reply(plain) == "8:30 am"     # a question's answer: not a change's reply
@@ -117,17 +117,19 @@ def test_a_reply_not_shown_grounds_nothing():
     assert "8:30 am" in prompt and "1 March 2024" not in prompt
 
 
-def test_a_models_reply_adding_a_value_to_a_statement_of_fact_is_not_shown():
+def test_a_models_reply_to_a_statement_of_fact_is_not_shown():
     # Seed 17: the 0.5B acknowledged a locker code with a name from its memory block, and a
-    # later question about an eye exam got that name back.
+    # later question about an eye exam got that name back. Stop 48: acknowledgements in full
+    # sentences became the answer style of the questions.
     def memory(q, a, model="small"):
         return Memory(1, "alice", f"[2 March 2024] Q: {q} / A: {a}", 0, source_model=model)
 
     note = "Note this down: my locker code is ZY-1685."
     assert shown_reply(memory(note, "Octavia Castellano")) == ""
     assert shown_reply(memory("For the record, the claim number is 88-1204.", "CL-5530")) == ""
-    assert shown_reply(memory(note, "Got it, ZY-1685.")) == "Got it, ZY-1685."
-    assert shown_reply(memory(note, "Noted!")) == "Noted!"          # no value: nothing wrong
+    assert shown_reply(memory(note, "Got it, ZY-1685.")) == ""
+    assert shown_reply(memory("We set the travel budget at $17,000.",
+                              "The travel budget was set at $17,000.")) == ""
     assert shown_reply(memory(note, "Octavia Castellano", model="")) == "Octavia Castellano"
     # a task's reply is the work a later step reads, values and all
     task = "Draft a short message to my landlord about the rent of $1,200."
@@ -162,7 +164,7 @@ def test_a_models_reply_echoing_the_memory_block_is_not_shown():
     assert shown_reply(memory(echo)) == ""
     assert shown_reply(memory(echo, q="Where does my sister live?")) == ""
     assert shown_reply(memory("[5 March 2024] Q: Note this down: my mailbox code")) == ""
-    assert shown_reply(memory("Noted, she is in Tbilisi now.")) == "Noted, she is in Tbilisi now."
+    assert shown_reply(memory("Tbilisi", q="Where does my sister live?")) == "Tbilisi"
     asked = "Where does my sister live?"
     assert shown_reply(memory(echo, "dataset", asked)) == echo   # people may quote
     line = MemoryLayout().line(hit(f"[4 March 2024] Q: {moved} / A: {echo}", "small"))

@@ -185,3 +185,22 @@ def test_a_turn_that_only_states_reads_what_statement_memories_says(scope, shown
     assert "moved to Tbilisi" in small.prompts[-1][0].content
     router.route("alice", "Where does my sister live?", session_time=MAY_8 + 7200)
     assert "moved to Tbilisi" in small.prompts[-1][0].content
+
+
+def test_a_turn_that_only_states_is_asked_for_an_acknowledgement():
+    # Seed 31: told to answer "with a name, date, number or short phrase" and shown no memory,
+    # the 0.5B acknowledged "My warranty number is GD-3464." with "John Doe", unsure: escalated.
+    router, small = make("keep", [MOVED])
+    router.route("alice", "My warranty number is GD-3464.", session_time=MAY_8 + 7200)
+    assert small.prompts[-1][0].content == router.cfg.statement_prompt
+    assert "acknowledge" in router.cfg.statement_prompt
+    router.route("alice", "Where does my sister live?", session_time=MAY_8 + 7200)
+    assert small.prompts[-1][0].content.startswith(router.cfg.system_prompt)
+    router.route("alice", "Draft a note to my sister.", session_time=MAY_8 + 7200)  # a task
+    assert small.prompts[-1][0].content.startswith(router.cfg.system_prompt)
+    # the client's own system prompt wins, and an empty statement_prompt is the system prompt
+    router.route("alice", "My warranty number is GD-3464.", session_time=MAY_8, system="Be terse.")
+    assert small.prompts[-1][0].content == "Be terse."
+    router.cfg.statement_prompt = ""
+    router.route("alice", "My warranty number is GD-3464.", session_time=MAY_8 + 7200)
+    assert small.prompts[-1][0].content == router.cfg.system_prompt
