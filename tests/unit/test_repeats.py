@@ -193,7 +193,7 @@ def test_a_turn_that_only_states_is_asked_for_an_acknowledgement():
     router, small = make("keep", [MOVED])
     router.route("alice", "My warranty number is GD-3464.", session_time=MAY_8 + 7200)
     assert small.prompts[-1][0].content == router.cfg.statement_prompt
-    assert "acknowledge" in router.cfg.statement_prompt
+    assert "short confirmation" in router.cfg.statement_prompt
     router.route("alice", "Where does my sister live?", session_time=MAY_8 + 7200)
     assert small.prompts[-1][0].content.startswith(router.cfg.system_prompt)
     router.route("alice", "Draft a note to my sister.", session_time=MAY_8 + 7200)  # a task
