@@ -60,19 +60,12 @@ def values(text: str) -> tuple[tuple[Value, ...], str]:
         rest = pattern.sub(" ", rest)
     return tuple(found), rest
 
+
 def reply_text(answer: str) -> str:
     """A short answer's leading capital is a name ("Wombat.", "Clover, since May"): prefixed
     so that :func:`values` reads it as inside a sentence; a long one's opens a sentence
     ("Housing is the main cost ...")."""
     return f"A: {answer}" if len(answer.split()) <= SHORT_ANSWER_WORDS else answer
-
-
-def adds_values(statement: str, answer: str) -> bool:
-    """``statement`` states a value and ``answer`` one it does not ("Note this down: my locker
-    code is ZY-1685." / "Octavia Castellano")."""
-    stated = {v.norm for v in values(statement)[0]}
-    return bool(stated) and any(v.norm not in stated
-                                for v in values(reply_text(answer))[0])
 
 
 # A memory line's markup in a reply: it opens with "[date] Q:", or holds " Q: ... / A: ".
