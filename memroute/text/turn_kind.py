@@ -20,8 +20,12 @@ ASKING_OPENINGS = frozenset("""what when where who whom whose which why how do d
 REQUEST_OPENINGS = frozenset("""draft write compose create make prepare generate translate rewrite
     rephrase outline extract look verify check estimate book schedule send email reply plan sort
     pick choose fill format search""".split())
-# A sentence's first word; none when it opens with a number ("15 am" is not a question).
-_FIRST_WORD = re.compile(r"\s*([a-z']+)")
+# A sentence's first word past a greeting or filler ("Hey, remind me of my locker code." asks:
+# read as a statement, 25 questions of the generated traces went ungated, and answered "Noted."
+# once statements had their own prompt); none when it opens with a number ("15 am" is not a
+# question).
+_FILLER = r"(?:hey|hi|hello|ok|okay|oh|so|well|please|also|and|um)"
+_FIRST_WORD = re.compile(rf"\s*(?:{_FILLER}\b[\s,]*)*([a-z']+)")
 # Sentence ends, and a colon before a space ("One more thing: compute..."), not in "10:15".
 _SENTENCE_END = re.compile(r"[.!\n;]+|:(?=\s)")
 

@@ -90,6 +90,9 @@ def test_statements_are_judged_by_the_confidence_not_the_calibrator(tmp_path, mo
     ("Convert 5 days to hours.", True), ("One more thing: compute 41 to the power of 2. Thanks!", True),
     ("Note: my gym is FitHub now.", False),
     ("My team standup is at 10:15 am.", False),  # "15 am" is no sentence asking "am ..."
+    # a greeting or filler before the opening word (25 questions of the generated traces)
+    ("Hey, remind me of my bike lock code. Thanks!", True), ("Hey, calculate 38 x 87.", True),
+    ("Ok so, what is 5 x 5", True), ("Hey, my sister moved to Oslo.", False), ("Hey.", False),
 ])
 def test_asks_something(text, asks):
     from memroute.text.turn_kind import asks_something
@@ -105,6 +108,8 @@ def test_asks_something(text, asks):
     ("Remind me of my locker code.", False),
     ("Draft a short message to Maria Lopez about the invoice of Alder Corp.", False),
     ("Step 3: Extract the total from the contract.", False),
+    ("Hey, remind me of my locker code.", False),
+    ("Hi! Our tortoise is called Sprocket.", True),
 ])
 def test_only_states(text, states):
     from memroute.text.turn_kind import only_states
