@@ -97,7 +97,7 @@ class RouterConfig:
     # memroute/text/turn_kind.py) when the client sends none; empty: system_prompt. Told to
     # give "a name, date, number or short phrase" with no memory, the 0.5B acknowledged
     # statements with an invented name ("John", "Ford") at low confidence, and 16 of seed 31's
-    # 132 escalated; told to "acknowledge it in a few words", it replied "Acknowledge it."
+    # 134 escalated; told to "acknowledge it in a few words", it replied "Acknowledge it."
     # (docs/BENCHMARKS.md, stop 48). The reply is not shown in later prompts (memory_view).
     statement_prompt: str = (
         "You are a helpful personal assistant with memories of earlier conversations. The user "

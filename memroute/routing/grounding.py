@@ -142,11 +142,11 @@ def grounded(answer: str, texts: Sequence[str], share: float,
     two turns each held only one of its numbers (9 right answers to paraphrased questions of
     the 2,000-request trace escalated so). False for an answer made only of ``question``'s own
     terms: "Rabbit" for "what's our rabbit called?", or "10 days" for "Count the days from 9
-    September 2021 to 10 January 2022." restate the
-    question, and the statement holding "rabbit" does not make them read (all 10 such 0.5B
-    answers on the 2,000-request trace were wrong, 5 of them accepted). A bare year is read only
-    where a text says it outside a full date: the 0.5B answered "2024" for "A: 9 May 2024" (11
-    times in seed 30's first 240 requests, all accepted)."""
+    September 2021 to 10 January 2022." restate the question, and the statement holding
+    "rabbit" does not make them read (all 10 such 0.5B answers on the 2,000-request trace were
+    wrong, 5 of them accepted). A bare year is read only where a text says it outside a full
+    date: the 0.5B answered "2024" for "A: 9 May 2024" (11 times in seed 30's first 240
+    requests, all accepted)."""
     kept = terms(answer)
     if not kept:
         return None
