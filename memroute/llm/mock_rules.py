@@ -107,7 +107,8 @@ def parse_rule(raw: Any, field: str) -> Rule:
 
 
 def latest_memory(system: str) -> tuple[str, str, str] | None:
-    """``(memory, question, answer)`` of the latest injected memory, or None.
+    """``(memory, question, answer)`` of the latest injected memory, or None; a memory shown
+    without its reply answers with its user turn.
 
     Found by the memory lines' own shape, not by the routing layer's block header (back ends sit
     below routing). The block closes the system prompt in chronological order: the last is newest.
@@ -116,4 +117,9 @@ def latest_memory(system: str) -> tuple[str, str, str] | None:
     if not starts:
         return None
     m = _MEMORY.match(system.rstrip(), starts[-1])
-    return (m["line"], m["q"], m["a"]) if m else (system[starts[-1] + 2 :].rstrip(), "", "")
+    if m:
+        return m["line"], m["q"], m["a"]
+    # No reply shown (a statement's acknowledgement is hidden): what it says is the user's turn.
+    line = system[starts[-1] + 2 :].rstrip()
+    said = line.split("] Q: ", 1)[-1]
+    return line, said, said

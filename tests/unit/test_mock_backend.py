@@ -281,3 +281,7 @@ def test_memories_are_found_by_their_shape():
         "Be brief.\n\nMemories:\n- [1 May 2024] Q: a / A: b\n- [2 May 2024] Q: two\nlines / A: ok\n"
     )
     assert latest_memory(system) == ("[2 May 2024] Q: two\nlines / A: ok", "two\nlines", "ok")
+    # a statement's acknowledgement is not shown: the memory answers with what the user said
+    stated = "Memories:\n- [1 May 2024] Q: a / A: b\n- [2 May 2024] Q: My locker code is ZX-4471.\n"
+    said = "My locker code is ZX-4471."
+    assert latest_memory(stated) == (f"[2 May 2024] Q: {said}", said, said)
