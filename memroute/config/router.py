@@ -38,6 +38,10 @@ class RouterConfig:
     # numbers always). Applies to members that use memory.
     grounding: str = "closest"
     grounding_share: float = 0.5
+    # An answer that copies a memory line ("[1 March 2024] Q: My gate code is UB-3795.") is
+    # read as what the line says ("UB-3795") before it is judged (memroute/routing/echo.py):
+    # unread, the gate escalated every such copy. Off: the copy is judged, and returned, as is.
+    read_echoes: bool = True
     # Whether an escalation's memory block shows the replies cheaper tiers stored. Off: only the
     # user's turns and the replies of this tier or stronger ones, so a small model's wrong answer
     # ("How much is the emergency fund target? / A: RS-7316", a gate code) is not copied by the

@@ -30,6 +30,7 @@ from memroute.routing.calibrator import Calibrator
 from memroute.routing.confidence import CONFIDENCE
 from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import Decoding, count_prompt, decoding_for, generate_grouped
+from memroute.routing.echo import read_echo
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
 from memroute.routing.grounding import client_texts, grounded, sources
 from memroute.routing.isolation import Steps, keep
@@ -295,6 +296,8 @@ class Router:
             members, replies = skip_failed_tier(t, tier.name, backend.model_id, last, members,
                                                 replies, out, still, self._fallback)
         members, replies = keep(members, replies, out, _member_index)
+        if self.cfg.read_echoes:
+            replies = [read_echo(r, requests[p.index].query) for (p, _), r in zip(members, replies)]
         judged = steps.each(
             lambda mr: self._judge(t, tier, last or requests[mr[0][0].index].tier == t,
                                    requests[mr[0][0].index].tau, *mr[0], mr[1]),

@@ -1,0 +1,52 @@
+"""An answer that copies a memory line instead of answering from it.
+
+Asked "Remind me of my storage unit code.", the 0.5B repeats the memory that reminds it:
+"[1 March 2024] Q: The code for my storage unit is GG-9512, just so you know. / A". The
+grounding gate cannot read such an answer from any source (it is a line, not a value), so it
+escalated 18 times on the 2,000-request trace, at about 5,000 EffCost@prod each, and once it
+was accepted and the user got "Q: We set the wedding budget at $42,000." as the answer. What the
+line says is the answer: the reply it shows, or, for a user's statement, the statement's one
+code the question does not name, else the statement. The gate then judges that as any answer.
+Pure string work, no model (memroute/routing/prompt.py writes the lines).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from memroute.text.answers import codes
+from memroute.text.turn_kind import only_states
+from memroute.types import ModelReply
+
+# One memory line as the prompt writes it: an optional "- " bullet and "[date] " label, the
+# user's turn after "Q:", and the reply after " / A:" where it is shown. One line only: an
+# answer listing several memories is left as it is.
+_LINE = re.compile(r"-?\s*(?:\[[^\]\n]{1,40}\]\s*)?Q:\s*(?P<turn>[^\n]*?)"
+                   r"(?:\s+/\s+A\b:?\s*(?P<reply>[^\n]*))?")
+
+
+def answer_in_echo(text: str, question: str) -> str:
+    """What ``text`` answers ``question`` with when it copies a memory line (module doc);
+    ``text`` itself when it copies none, or copies a question whose reply it does not show."""
+    m = _LINE.fullmatch(text.strip())
+    if m is None:
+        return text
+    turn, reply = m["turn"].strip(), (m["reply"] or "").strip()
+    if only_states(turn):  # the user told it: whatever reply the copy adds ("Noted.") is none
+        new = codes(turn) - codes(question)
+        if len(new) == 1:
+            found = re.search(re.escape(next(iter(new))), turn, re.I)
+            assert found is not None  # codes() found it there
+            return found.group(0)
+        return turn
+    return reply or text
+
+
+def read_echo(reply: ModelReply, question: str) -> ModelReply:
+    """``reply`` answering with what the memory line it copies says (a tool call is left as it
+    is). Its tokens, log-probs and cost stay those of what the model generated."""
+    if reply.tool_calls:
+        return reply
+    text = answer_in_echo(reply.text, question)
+    return reply if text == reply.text else replace(reply, text=text)
