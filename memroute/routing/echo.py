@@ -44,9 +44,10 @@ def answer_in_echo(text: str, question: str) -> str:
 
 
 def read_echo(reply: ModelReply, question: str) -> ModelReply:
-    """``reply`` answering with what the memory line it copies says (a tool call is left as it
-    is). Its tokens, log-probs and cost stay those of what the model generated."""
-    if reply.tool_calls:
+    """``reply`` answering with what the memory line it copies says. Its tokens, log-probs and
+    cost stay those of what the model generated. A tool call is left as it is, and so is a reply
+    cut at max_tokens: its line's reply may be cut too ("... / A: NG" for "NG-4471")."""
+    if reply.tool_calls or reply.finish_reason == "length":
         return reply
     text = answer_in_echo(reply.text, question)
     return reply if text == reply.text else replace(reply, text=text)

@@ -51,6 +51,13 @@ def test_a_tool_call_is_left_as_it_is():
     assert read_echo(reply, GATE) is reply
 
 
+def test_a_reply_cut_at_max_tokens_is_left_as_it_is():
+    cut = "[24 March 2024] Q: Remind me of my office door code. / A: NG"
+    reply = ModelReply(cut, "large", [-0.1] * 12, 40, 12, finish_reason="length")
+    assert read_echo(reply, GATE) is reply
+    assert read_echo(ModelReply(cut, "large", [-0.1] * 12, 40, 12), GATE).text == "NG"
+
+
 def make(read_echoes, copy):
     small = FakeBackend("small", answer=copy, logprob=-0.05)
     large = FakeBackend("large", answer="UB-3795", logprob=-0.05)
