@@ -2,9 +2,9 @@
 
 Asked "Remind me of my storage unit code.", the 0.5B repeats the memory that reminds it:
 "[1 March 2024] Q: The code for my storage unit is GG-9512, just so you know. / A". The
-grounding gate cannot read such an answer from any source (it is a line, not a value), so it
-escalated 18 times on the 2,000-request trace, at about 5,000 EffCost@prod each, and once it
-was accepted and the user got "Q: We set the wedding budget at $42,000." as the answer. What the
+grounding gate cannot read such an answer from any source (it is a line, not a value): 17 of
+the 2,000-request trace's 18 escalated, at about 5,000 EffCost@prod each (16 held the right
+value), and the user got "Q: We set the wedding budget at $42,000." for the other. What the
 line says is the answer: the reply it shows, or, for a user's statement, the statement's one
 code the question does not name, else the statement. The gate then judges that as any answer.
 Pure string work, no model (memroute/routing/prompt.py writes the lines).
