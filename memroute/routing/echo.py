@@ -46,7 +46,7 @@ def answer_in_echo(text: str, question: str) -> str:
 def read_echo(reply: ModelReply, question: str) -> ModelReply:
     """``reply`` answering with what the memory line it copies says. Its tokens, log-probs and
     cost stay those of what the model generated. A tool call is left as it is, and so is a reply
-    cut at max_tokens: its line's reply may be cut too ("... / A: NG" for "NG-4471")."""
+    cut at max_tokens: its line's reply may be cut too ("... / A: NG" for "NG-6769")."""
     if reply.tool_calls or reply.finish_reason == "length":
         return reply
     text = answer_in_echo(reply.text, question)
