@@ -51,14 +51,12 @@ Measured, one client, sequential, after a warm-up (``--reads // 10`` calls of ea
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,263 +65,18 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(1, str(ROOT))
+from fact_bench_data import SMALL_FACTS, category_of, key_of, load, recent_pairs  # noqa: E402
+from fact_bench_timings import (  # noqa: E402
+    append_acks,
+    big_reads,
+    pct,
+    plan,
+    session_reads,
+    timed,
+)
 from machine import machine_info  # noqa: E402  (bench/machine.py, beside this script)
 
-from memroute.memory.facts import (  # noqa: E402
-    ACTIVE,
-    EPHEMERAL,
-    EXPLICIT,
-    INFERRED,
-    PROFILE,
-    SUPERSEDED,
-    TEMPORAL,
-    Fact,
-    FactInput,
-    FactStore,
-)
-from memroute.journal import Journal, PostgresJournal  # noqa: E402
-from memroute.memory.facts.schema import fact_versions, facts  # noqa: E402
-from memroute.memory.facts.session import RenderCache, session_start  # noqa: E402
-from memroute.memory.facts.versions import new_token  # noqa: E402
-from memroute.serving.fact_requests import turn_pairs  # noqa: E402
-from memroute.types import TurnPair  # noqa: E402
-
-DAY = 86400.0
-SMALL_FACTS = 10
-USERS_PER_TX = 10
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
-
-
-def timed(fn: Callable[[], Any], n: int, warmup: int) -> list[float]:
-    """Milliseconds of each of ``n`` calls of ``fn`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter_ns()
-        fn()
-        out.append((time.perf_counter_ns() - t0) / 1e6)
-    return out
-
-
-# ---------------------------------------------------------------------------- data
-def key_of(j: int) -> str:
-    return f"pref.item_{j:04d}"
-
-
-def category_of(j: int) -> str:
-    r = j % 20
-    return EPHEMERAL if r == 19 else PROFILE if r >= 16 else TEMPORAL
-
-
-def user_rows(uid: str, n_facts: int, superseded: float, next_id: int, now: float,
-              rng: random.Random) -> tuple[list[dict], list[dict], int]:
-    """(active rows, superseded rows, next free id) of one user."""
-    t0 = now - 30 * DAY
-    active, old = [], []
-    n_old = round(n_facts * superseded)
-    with_old = set(rng.sample(range(n_facts), n_old))
-    for j in range(n_facts):
-        cat = category_of(j)
-        src = INFERRED if j % 7 == 0 else EXPLICIT
-        turn = 1000 + j if j % 2 == 0 else None
-        base = {"user_id": uid, "key": key_of(j), "category": cat, "source": src,
-                "turn_id": turn, "retracted_at": None}
-        born = t0 + j
-        if j in with_old:
-            old_id, new_id = next_id, next_id + 1
-            next_id += 2
-            changed = t0 + 10 * DAY + j
-            old.append({**base, "id": old_id, "value": f"earlier value {j} of {uid}, since changed",
-                        "status": SUPERSEDED, "valid_from": born, "valid_until": changed,
-                        "recorded_at": born, "ended_at": changed, "superseded_by": new_id,
-                        "expires_at": born + DAY if cat == EPHEMERAL else None})
-            born = changed
-        else:
-            new_id = next_id
-            next_id += 1
-        active.append({**base, "id": new_id, "value": f"value {j} of {uid}: something they said",
-                       "status": ACTIVE, "valid_from": born, "valid_until": None,
-                       "recorded_at": born, "ended_at": None, "superseded_by": None,
-                       "expires_at": now + DAY if cat == EPHEMERAL else None})
-    return active, old, next_id
-
-
-def load(store: FactStore, users: list[str], small: list[str], n_facts: int, superseded: float,
-         rng: random.Random) -> tuple[float, int]:
-    """Bulk insert; (seconds, rows)."""
-    now = time.time()
-    t0 = time.perf_counter()
-    next_id, rows = 1, 0
-    groups = [(users[i:i + USERS_PER_TX], n_facts) for i in range(0, len(users), USERS_PER_TX)]
-    groups += [(small[i:i + 100], SMALL_FACTS) for i in range(0, len(small), 100)]
-    for group, n in groups:
-        active, old = [], []
-        for uid in group:
-            a, o, next_id = user_rows(uid, n, superseded, next_id, now, rng)
-            active += a
-            old += o
-        with store.engine.begin() as conn:
-            conn.execute(sa.insert(facts), active)
-            if old:
-                conn.execute(sa.insert(facts), old)
-            conn.execute(sa.insert(fact_versions),
-                         [{"user_id": uid, "token": new_token()} for uid in group])
-        rows += len(active) + len(old)
-    with store.engine.begin() as conn:
-        if store.backend == "postgresql":
-            conn.execute(sa.text("SELECT setval(pg_get_serial_sequence('facts', 'id'), "
-                                 "(SELECT max(id) FROM facts))"))
-    if store.backend == "postgresql":
-        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("VACUUM ANALYZE facts"))
-    else:
-        with store.engine.begin() as conn:
-            conn.execute(sa.text("ANALYZE"))
-    return time.perf_counter() - t0, rows
-
-
-# ---------------------------------------------------------------------------- measure
-def plan(store: FactStore, uid: str) -> str:
-    sql, names, _ = store._active_sql
-    params: Any = {"user_id": uid, "now": time.time()}
-    with store.engine.connect() as conn:
-        cur = conn.connection.dbapi_connection.cursor()
-        if store.backend == "sqlite":
-            cur.execute("EXPLAIN QUERY PLAN " + sql, tuple(params[n] for n in names))
-            return "; ".join(str(r[-1]) for r in cur.fetchall())
-        cur.execute("EXPLAIN " + sql, params)
-        return "; ".join(r[0].strip() for r in cur.fetchall())
-
-
-def big_reads(store: FactStore, users: list[str], n: int, warmup: int,
-              rng: random.Random) -> dict[str, list[float]]:
-    """``store.active()`` of random 1,000-fact users, interleaved (rotating order, so drift in
-    the machine's load hits all alike) with the same read split up on a held DBAPI connection:
-    the driver's execute + fetchall of the store's compiled SQL, building the Fact tuples from
-    those rows, and the query alone in the database (``count(*)`` over it: no rows to Python)."""
-    sql, names, _ = store._active_sql
-    count_sql = f"SELECT count(*) FROM ({sql}) AS a"
-    make = Fact._make
-    out: dict[str, list[float]] = {"active": [], "fetch": [], "build": [], "query": []}
-    with store.engine.connect() as conn:
-        dbapi = conn.connection.dbapi_connection
-
-        def args_of(uid: str) -> Any:
-            params: Any = {"user_id": uid, "now": time.time()}
-            return params if names is None else tuple(params[k] for k in names)
-
-        def active(uid: str) -> None:
-            t0 = time.perf_counter_ns()
-            store.active(uid)
-            out["active"].append((time.perf_counter_ns() - t0) / 1e6)
-
-        def split(uid: str) -> None:
-            t0 = time.perf_counter_ns()
-            cur = dbapi.cursor()
-            cur.execute(sql, args_of(uid))
-            rows = cur.fetchall()
-            cur.close()
-            t1 = time.perf_counter_ns()
-            facts_ = [make((i, uid, k, v, c, s, ACTIVE, vf, None, rec, None, exp, None, None, t))
-                      for i, k, v, c, s, vf, rec, exp, t in rows]
-            t2 = time.perf_counter_ns()
-            assert len(facts_) == len(rows)
-            out["fetch"].append((t1 - t0) / 1e6)
-            out["build"].append((t2 - t1) / 1e6)
-
-        def query(uid: str) -> None:
-            t0 = time.perf_counter_ns()
-            cur = dbapi.cursor()
-            cur.execute(count_sql, args_of(uid))
-            got = cur.fetchall()[0][0]
-            cur.close()
-            out["query"].append((time.perf_counter_ns() - t0) / 1e6)
-            assert got > 0
-
-        steps = [active, split, query]
-        for i in range(warmup + n):
-            uid = rng.choice(users)
-            for step in steps[i % 3:] + steps[:i % 3]:
-                step(uid)
-            if i < warmup:
-                for xs in out.values():
-                    xs.clear()
-        if store.backend == "postgresql":
-            dbapi.rollback()
-    return out
-
-
-def recent_pairs(uid: str, n: int, now: float) -> list[TurnPair]:
-    return [TurnPair(uid, f"s{i // 4}", i, f"what did we say about item {i}?",
-                     f"we said item {i} is something {uid} cares about", int(now - DAY * (n - i)),
-                     "bench", created_at=now - DAY * (n - i)) for i in range(n)]
-
-
-def session_reads(store: FactStore, users: list[str], n: int, warmup: int, recent: int,
-                  rng: random.Random) -> dict[str, list[float]]:
-    """Session start as the endpoint builds it: cached, and right after a change (module doc)."""
-    cache = RenderCache()
-    out: dict[str, list[float]] = {"session": [], "session_changed": [], "json": []}
-    counter = iter(range(10**9))
-
-    def body(uid: str) -> bytes:  # what GET /v1/memory/session-start sends
-        return session_start(store, uid, recent=recent, cache=cache).to_json_bytes()
-
-    for uid in users:  # every user's session has started once: the cache is warm
-        body(uid)
-    for i in range(warmup + n):
-        uid = rng.choice(users)
-        t0 = time.perf_counter_ns()
-        sent = body(uid)
-        t1 = time.perf_counter_ns()
-        got = json.loads(sent)
-        t1b = time.perf_counter_ns()
-        json.dumps(got)  # encoding the whole body each time, as without the cached fragment
-        t2 = time.perf_counter_ns()
-        j = rng.randrange(len(got["facts"]) + len(got["profile"]))
-        store.assert_fact(uid, FactInput(key_of(j), f"changed {next(counter)}",
-                                         category=category_of(j)))
-        t3 = time.perf_counter_ns()
-        sent_after = body(uid)
-        t4 = time.perf_counter_ns()
-        changed = json.loads(sent_after)
-        assert len(got["recent_turns"]) == recent and len(changed["facts"]) == len(got["facts"])
-        if i >= warmup:
-            out["session"].append((t1 - t0) / 1e6)
-            out["json"].append((t2 - t1b) / 1e6)
-            out["session_changed"].append((t4 - t3) / 1e6)
-    return out
-
-
-def append_acks(n: int, warmup: int, journal_url: str = "") -> list[float]:
-    """The turn-append acknowledgement: body parsing + the journal's durable append (SQLite, or
-    the PostgreSQL journal at ``journal_url``: a commit waits for the WAL flush)."""
-    tmp = Path(tempfile.mkdtemp(prefix="bench-journal-"))
-    try:
-        opened = (PostgresJournal(journal_url) if journal_url
-                  else Journal(tmp / "journal.sqlite3"))
-        with opened as journal:
-            now = time.time()
-            for u in range(100):
-                journal.append(recent_pairs(f"bench:j{u:03d}", 100, now))
-            counter = iter(range(10**9))
-
-            def ack() -> None:
-                k = next(counter)
-                body = {"turns": [{"user": f"my budget is now {k} euros",
-                                   "assistant": "Noted, I will use that from now on.",
-                                   "session_id": f"append-{k // 10}"}]}
-                pairs = turn_pairs(body, f"bench:j{k % 100:03d}", max_chars=100_000)
-                assert len(journal.append(pairs)) == 1
-
-            return timed(ack, n, warmup)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+from memroute.memory.facts import ACTIVE, FactInput, FactStore  # noqa: E402
 
 
 def run_backend(backend: str, url: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -29,11 +29,8 @@ from memroute.datasets.records import EvalConversation
 from memroute.llm.base import Backend
 from memroute.memory.facts import FactStore
 from memroute.memory.facts.extraction import Extractor
-from memroute.memory.facts.extraction_schema import (
-    ExtractedUnit,
-    ExtractionSchema,
-    extraction_prompt,
-)
+from memroute.memory.facts.extraction_prompt import extraction_prompt
+from memroute.memory.facts.extraction_schema import ExtractedUnit, ExtractionSchema
 from memroute.types import TurnPair
 
 log = logging.getLogger(__name__)

@@ -33,71 +33,16 @@ from memroute.llm.prefix_cache import PrefixCounter
 from memroute.llm.options import MAX_TOP_LOGPROBS, GenerationOptions
 from memroute.llm.replies import apply_tool_calls, cut_at_stop, top_n
 from memroute.llm.streaming import StreamText
+from memroute.llm.transformers_folder import check_folder
+from memroute.llm.transformers_hooks import (
+    Cancelled,
+    PenaltyProcessor,
+    QueueStreamer,
+    step_logprobs,
+)
 from memroute.types import Message, ModelReply
 
 _DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _check_folder(path: str | Path) -> Path:
-    folder = Path(path).expanduser()
-    if folder.suffix == ".gguf" or folder.is_file():
-        raise AssetError(
-            f"model path {str(folder)!r} is a file; pass a converted model folder "
-            "(AssetStore().hf_folder(name) creates one from the GGUF)"
-        )
-    if not (folder / "config.json").is_file():
-        raise AssetError(f"model folder {str(folder)!r} has no config.json")
-    return folder
-
-
-class PenaltyProcessor:
-    """OpenAI's presence / frequency penalties as a ``LogitsProcessor``:
-    ``logit[t] -= presence * (count_t > 0) + frequency * count_t``, where ``count_t`` counts
-    ``t`` among the tokens generated so far in that row (``input_ids[:, prompt_width:]``)."""
-
-    def __init__(self, prompt_width: int, presence: float, frequency: float) -> None:
-        self.prompt_width = prompt_width
-        self.presence = float(presence)
-        self.frequency = float(frequency)
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        import torch
-
-        generated = input_ids[:, self.prompt_width :]
-        if generated.shape[1] == 0:
-            return scores
-        counts = torch.zeros_like(scores)
-        counts.scatter_add_(1, generated, torch.ones_like(generated, dtype=scores.dtype))
-        return scores - self.presence * (counts > 0).to(scores.dtype) - self.frequency * counts
-
-
-class _QueueStreamer:
-    """A ``generate`` streamer that hands each step's token ids to a queue (prompt skipped)."""
-
-    def __init__(self, out: queue.Queue) -> None:
-        self.out = out
-        self.prompt_seen = False
-
-    def put(self, value: Any) -> None:
-        if not self.prompt_seen:  # generate() first puts the prompt
-            self.prompt_seen = True
-            return
-        self.out.put([int(t) for t in value.reshape(-1).tolist()])
-
-    def end(self) -> None:
-        pass
-
-
-class _Cancelled:
-    """A stopping criterion that ends generation once ``event`` is set (a closed stream)."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-
-    def __call__(self, input_ids: Any, scores: Any, **_: Any) -> Any:
-        import torch
-
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool)
 
 
 _DONE = object()
@@ -130,7 +75,7 @@ class TransformersBackend:
                 f"dtype {dtype!r} is not supported: use one of auto, {', '.join(_DTYPES)}",
                 field="model.dtype",
             )
-        folder = _check_folder(path)
+        folder = check_folder(path)
         if num_threads:
             torch.set_num_threads(num_threads)  # process-wide: torch has no per-model setting
         self.model_id = model_id
@@ -215,7 +160,7 @@ class TransformersBackend:
         def work() -> None:
             try:
                 result["reply"] = self._run([prompt], max_tokens, stop, temperature, options,
-                                            streamer=_QueueStreamer(tokens), cancel=cancel)[0]
+                                            streamer=QueueStreamer(tokens), cancel=cancel)[0]
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
                 result["error"] = exc
             finally:
@@ -348,7 +293,7 @@ class TransformersBackend:
             processors.append(
                 PenaltyProcessor(width, opts.presence_penalty, opts.frequency_penalty)
             )
-        criteria = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
+        criteria = StoppingCriteriaList([Cancelled(cancel)] if cancel is not None else [])
         t0 = time.perf_counter()
         with torch.inference_mode(), torch.random.fork_rng(devices=[], enabled=seeded):
             if seeded:
@@ -365,7 +310,7 @@ class TransformersBackend:
         latency = time.perf_counter() - t0
         gen = out.sequences[:, width:]
         k = min(max(int(opts.top_logprobs), 0), MAX_TOP_LOGPROBS) if opts.logprobs else 0
-        chosen, alts, tops = self._step_logprobs(out.logits, gen, max(2, k))
+        chosen, alts, tops = step_logprobs(out.logits, gen, max(2, k))
         replies = []
         for b, prompt in enumerate(prompts):
             ids = gen[b].tolist()
@@ -403,36 +348,7 @@ class TransformersBackend:
         """The text of one token (special tokens shown: they can be alternatives)."""
         return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
 
-    @staticmethod
-    def _step_logprobs(
-        logits: Sequence[Any], gen: Any, k: int = 2
-    ) -> tuple[list[list[float]], list[list[float]], list[list[list[tuple[int, float]]]]]:
-        """Per row: log p of the generated token, of the best other token, and the top-``k``
-        ``(token id, log p)`` at every step (``k >= 2``).
-
-        One step at a time, so memory stays at batch x vocabulary (not x steps).
-        """
-        import torch
-
-        rows = gen.shape[0]
-        chosen: list[list[float]] = [[] for _ in range(rows)]
-        alts: list[list[float]] = [[] for _ in range(rows)]
-        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(rows)]
-        for t, step in enumerate(logits):
-            logp = torch.log_softmax(step.float(), dim=-1)  # [B, V]
-            token = gen[:, t]
-            picked, tokens = logp.gather(1, token[:, None])[:, 0].tolist(), token.tolist()
-            top = logp.topk(max(2, k), dim=-1)
-            top_v, top_i = top.values.tolist(), top.indices.tolist()
-            for b in range(rows):
-                chosen[b].append(picked[b])
-                # the alternative is the top-2 unless the chosen token is not the top-1
-                alts[b].append(top_v[b][1] if top_i[b][0] == tokens[b] else top_v[b][0])
-                tops[b].append(list(zip(top_i[b], top_v[b])))
-        return chosen, alts, tops
-
     def _starts(self, ids: list[int]) -> list[int]:
         """Character offset of each token in the decoded text (prefix decoding: merge-safe)."""
         decode = self.tokenizer.decode
         return [len(decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
-

@@ -358,12 +358,12 @@ def test_from_config(store):
 
 # -- atomic context units in the extraction output ---------------------------------------------
 
+from memroute.memory.facts.extraction_parser import parse_extraction_output  # noqa: E402
+from memroute.memory.facts.extraction_prompt import system_prompt  # noqa: E402
 from memroute.memory.facts.extraction_schema import (  # noqa: E402 - the units' part of the file
     MAX_UNIT_CHARS,
     MAX_UNITS,
     ExtractedUnit,
-    parse_extraction_output,
-    system_prompt,
 )
 from memroute.memory.units import UnitWrite  # noqa: E402
 

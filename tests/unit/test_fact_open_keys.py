@@ -17,7 +17,8 @@ from memroute.config.extraction import ExtractionConfig, check_extraction_config
 from memroute.errors import ConfigError
 from memroute.memory.facts import ACTIVE, FactInput, FactStore
 from memroute.memory.facts.extraction import INVALID_OUTPUT, ExtractionSchema, Extractor
-from memroute.memory.facts.extraction_schema import json_schema, parse_extraction_output
+from memroute.memory.facts.extraction_parser import parse_extraction_output
+from memroute.memory.facts.extraction_schema import json_schema
 from memroute.memory.facts.key_registry import known_keys
 from memroute.memory.facts.keys import (
     KeyCanonicalizer,

@@ -111,7 +111,7 @@ def tiny(tmp_path_factory):
 
 def test_penalty_processor_has_openais_semantics():
     torch = pytest.importorskip("torch")
-    from memroute.llm.transformers_backend import PenaltyProcessor
+    from memroute.llm.transformers_hooks import PenaltyProcessor
 
     # prompt [5, 5] (width 2) then generated [1, 1, 3]: the prompt's tokens are not counted
     ids = torch.tensor([[5, 5, 1, 1, 3], [0, 5, 2, 4, 4]])

@@ -37,16 +37,17 @@ from memroute.embedding.base import Encoder
 from memroute.errors import InvalidRequest
 from memroute.llm.base import Backend
 from memroute.llm.options import GenerationOptions
-from memroute.memory.facts.extraction_schema import (
-    ExtractedUnit,
+from memroute.memory.facts.extraction_parser import (
     ExtractionError,
-    ExtractionField,
-    ExtractionSchema,
-    extraction_prompt,
-    json_schema,
     parse_extraction,
     parse_extraction_output,
-    retry_prompt,
+)
+from memroute.memory.facts.extraction_prompt import extraction_prompt, retry_prompt
+from memroute.memory.facts.extraction_schema import (
+    ExtractedUnit,
+    ExtractionField,
+    ExtractionSchema,
+    json_schema,
 )
 from memroute.memory.facts.grounding import ground
 from memroute.memory.facts.key_registry import canonical_facts, remember_keys
