@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memroute.errors import ConfigError
+from memroute.text.memory_line import parse_memory_line
 
 TEMPLATE_FIELDS = ("query", "memory", "memory_q", "memory_a", "tool_result")
 _RULE_KEYS = ("match", "memories", "logprob", "margin", "answer")
 # An injected memory: "- " + TurnPair.text(), i.e. "- [8 May 2023] Q: ... / A: ...".
-_MEMORY_START = re.compile(r"^- \[[^\]\n]*\] Q: ", re.MULTILINE)
-_MEMORY = re.compile(r"- (?P<line>\[[^\]\n]*\] Q: (?P<q>.*?) / A: (?P<a>.*))", re.DOTALL)
+_MEMORY_START = re.compile(r"^- \[[^\]\n]{1,60}\] Q: ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,9 @@ def latest_memory(system: str) -> tuple[str, str, str] | None:
     starts = [m.start() for m in _MEMORY_START.finditer(system)]
     if not starts:
         return None
-    m = _MEMORY.match(system.rstrip(), starts[-1])
-    if m:
-        return m["line"], m["q"], m["a"]
+    line = system[starts[-1] + 2 :].rstrip()  # after its "- " bullet
+    parsed = parse_memory_line(line)
+    if parsed is None:
+        return None
     # No reply shown (a statement's acknowledgement is hidden): what it says is the user's turn.
-    line = system[starts[-1] + 2 :].rstrip()
-    said = line.split("] Q: ", 1)[-1]
-    return line, said, said
+    return line, parsed.turn, parsed.reply or parsed.turn

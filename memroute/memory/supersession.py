@@ -49,7 +49,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from memroute.memory.values import Value, echoes_memory, reply_text, values
+from memroute.memory.values import Value, reply_text, values
+from memroute.text.memory_line import echoes_memory, split_memory_text
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import only_states
 from memroute.types import Memory, RetrievalHit, TurnPair
@@ -140,14 +141,6 @@ def as_update(user_text: str) -> Update | None:
     if not vals or not subject:
         return None
     return Update(subject, vals)
-
-
-def split_memory_text(text: str) -> tuple[str, str]:
-    """(question, answer) of a stored turn-pair's text ``[date] Q: ... / A: ...``."""
-    body = text.split("] ", 1)[1] if text.startswith("[") and "] " in text else text
-    body = body[3:] if body.startswith("Q: ") else body
-    question, _, answer = body.partition(" / A: ")
-    return question, answer
 
 
 def judged(memory_text: str) -> str:

@@ -66,12 +66,3 @@ def reply_text(answer: str) -> str:
     so that :func:`values` reads it as inside a sentence; a long one's opens a sentence
     ("Housing is the main cost ...")."""
     return f"A: {answer}" if len(answer.split()) <= SHORT_ANSWER_WORDS else answer
-
-
-# A memory line's markup in a reply: it opens with "[date] Q:", or holds " Q: ... / A: ".
-_ECHO = re.compile(r"^\s*\[[^\]\n]{1,40}\]\s*Q:|(?:^|\s)Q: .*\s/ A:")
-
-
-def echoes_memory(reply: str) -> bool:
-    """A reply that copies a memory line of its prompt instead of answering."""
-    return bool(_ECHO.search(reply))

@@ -16,23 +16,18 @@ import re
 from dataclasses import replace
 
 from memroute.text.answers import codes
+from memroute.text.memory_line import parse_memory_line
 from memroute.text.turn_kind import only_states
 from memroute.types import ModelReply
-
-# One memory line as the prompt writes it: an optional "- " bullet and "[date] " label, the
-# user's turn after "Q:", and the reply after " / A:" where it is shown. One line only: an
-# answer listing several memories is left as it is.
-_LINE = re.compile(r"-?\s*(?:\[[^\]\n]{1,40}\]\s*)?Q:\s*(?P<turn>[^\n]*?)"
-                   r"(?:\s+/\s+A\b:?\s*(?P<reply>[^\n]*))?")
 
 
 def answer_in_echo(text: str, question: str) -> str:
     """What ``text`` answers ``question`` with when it copies a memory line (module doc);
     ``text`` itself when it copies none, or copies a question whose reply it does not show."""
-    m = _LINE.fullmatch(text.strip())
-    if m is None:
+    line = parse_memory_line(text) if "\n" not in text.strip() else None  # one line only
+    if line is None:
         return text
-    turn, reply = m["turn"].strip(), (m["reply"] or "").strip()
+    turn, reply = line.turn, line.reply
     if only_states(turn):  # the user told it: whatever reply the copy adds ("Noted.") is none
         new = codes(turn) - codes(question)
         if len(new) == 1:

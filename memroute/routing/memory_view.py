@@ -41,9 +41,10 @@ from __future__ import annotations
 
 import re
 
-from memroute.memory.supersession import contradicts_itself, split_memory_text, statement_part
-from memroute.memory.values import echoes_memory, values
+from memroute.memory.supersession import contradicts_itself, statement_part
+from memroute.memory.values import values
 from memroute.text.dates import WEEKDAY
+from memroute.text.memory_line import echoes_memory, split_memory_text
 from memroute.text.turn_kind import asks_something, only_states
 from memroute.types import Memory, replied_here
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from memroute.config.schema import RouterConfig
 from memroute.errors import ConfigError
-from memroute.memory.supersession import split_memory_text
+from memroute.text.memory_line import split_memory_text
 from memroute.routing.memory_view import (DATE_MODES, dates_for, only_asks, shown_reply,
                                           shows_date)
 from memroute.text.turn_kind import only_states

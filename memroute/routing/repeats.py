@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from memroute.memory.supersession import split_memory_text
+from memroute.text.memory_line import split_memory_text
 from memroute.routing.grounding import subject_words
 from memroute.text.turn_kind import asks_something
 from memroute.types import Memory, RetrievalHit, replied_here

@@ -296,13 +296,14 @@ class Router:
             members, replies = skip_failed_tier(t, tier.name, backend.model_id, last, members,
                                                 replies, out, still, self._fallback)
         members, replies = keep(members, replies, out, _member_index)
-        if self.cfg.read_echoes:
-            replies = [read_echo(r, requests[p.index].query) for (p, _), r in zip(members, replies)]
-        judged = steps.each(
-            lambda mr: self._judge(t, tier, last or requests[mr[0][0].index].tier == t,
-                                   requests[mr[0][0].index].tau, *mr[0], mr[1]),
-            list(zip(members, replies)),
-        )
+
+        def judge(member: tuple[Pending, Prompt], reply: ModelReply) -> RouteResult | None:
+            req = requests[member[0].index]
+            if self.cfg.read_echoes:  # here, so that a defect in it fails one member only
+                reply = read_echo(reply, req.query)
+            return self._judge(t, tier, last or req.tier == t, req.tau, *member, reply)
+
+        judged = steps.each(lambda mr: judge(*mr), list(zip(members, replies)))
         members, results = keep(members, judged, out, _member_index)
         for (p, _), result in zip(members, results):
             if result is None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memroute.config import RouterConfig
-from memroute.memory.supersession import split_memory_text
+from memroute.text.memory_line import split_memory_text
 from memroute.routing.grounding import on_subject, subject_words
 from memroute.routing.repeats import collapse_repeats
 from memroute.text.turn_kind import asks_something, only_states

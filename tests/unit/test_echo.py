@@ -5,6 +5,7 @@ import pytest
 from memroute.accounting.cost import Pricing
 from memroute.config import RetrievalConfig, RouterConfig
 from memroute.routing.echo import answer_in_echo, read_echo
+from memroute.routing.request import RouteRequest
 from memroute.routing.router import Router, Tier
 from memroute.types import ModelReply, ToolCall, TurnPair
 
@@ -87,3 +88,19 @@ def test_a_copy_of_a_line_the_tier_may_not_read_from_still_escalates():
     res = make(True, copy).route("alice", GATE, session_time=MAY_8 + 86400)
     assert res.decision.answered_tier == 1 and res.calls[0].answer == "ZZ-0000"
     assert res.calls[0].grounded is False
+
+
+def test_a_failure_reading_one_copy_fails_that_request_alone(monkeypatch):
+    import memroute.routing.router as router_module
+
+    def read(reply, question):
+        if "poison" in question:
+            raise RuntimeError("cannot read")
+        return read_echo(reply, question)
+
+    monkeypatch.setattr(router_module, "read_echo", read)
+    router = make(True, "[8 May 2024] Q: My building gate code is UB-3795.")
+    out = router.route_each([RouteRequest("alice", GATE, session_time=MAY_8 + 86400),
+                             RouteRequest("alice", f"{GATE} poison", session_time=MAY_8 + 86400)])
+    assert out[0].answer == "UB-3795"
+    assert isinstance(out[1], RuntimeError)
