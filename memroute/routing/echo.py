@@ -41,8 +41,9 @@ def answer_in_echo(text: str, question: str) -> str:
 def read_echo(reply: ModelReply, question: str) -> ModelReply:
     """``reply`` answering with what the memory line it copies says. Its tokens, log-probs and
     cost stay those of what the model generated. A tool call is left as it is, and so is a reply
-    cut at max_tokens: its line's reply may be cut too ("... / A: NG" for "NG-6769")."""
-    if reply.tool_calls or reply.finish_reason == "length":
+    cut at max_tokens: its line's reply may be cut too ("... / A: NG" for "NG-6769"). So is a
+    reply whose tokens the client asked to see (``logprobs``): those must spell its text."""
+    if reply.tool_calls or reply.finish_reason == "length" or reply.token_texts is not None:
         return reply
     text = answer_in_echo(reply.text, question)
     return reply if text == reply.text else replace(reply, text=text)

@@ -59,6 +59,12 @@ def test_a_reply_cut_at_max_tokens_is_left_as_it_is():
     assert read_echo(ModelReply(cut, "large", [-0.1] * 12, 40, 12), GATE).text == "NG"
 
 
+def test_a_reply_whose_tokens_the_client_sees_is_left_as_it_is():
+    copy = "[8 May 2024] Q: My building gate code is UB-3795."
+    reply = ModelReply(copy, "small", [-0.1] * 3, 40, 3, token_texts=copy.split(" ", 2))
+    assert read_echo(reply, GATE) is reply
+
+
 def make(read_echoes, copy):
     small = FakeBackend("small", answer=copy, logprob=-0.05)
     large = FakeBackend("large", answer="UB-3795", logprob=-0.05)
