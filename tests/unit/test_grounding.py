@@ -66,6 +66,15 @@ def test_an_iso_date_reads_as_the_date_it_writes():
     assert holds_value("On 2024-04-09.", ["9 April 2024"]) is True
 
 
+def test_a_date_s_month_must_be_read_too():
+    # seed 35: "2024-12-12" for "12 April 2024" held the day and the year, 2 of its 3 terms.
+    texts = ["I booked my car service appointment for 12 April 2024."]
+    assert grounded("2024-12-12", texts, 0.5) is False
+    assert grounded("12 December 2024", texts, 0.5) is False
+    assert grounded("12 April 2024", texts, 0.5) is True
+    assert grounded("April 12", texts, 0.5) is True
+
+
 def test_every_number_must_come_from_one_source():
     texts = ["My car budget is $37,000.", "I bought the car in 2019."]
     assert grounded("Your car budget is $37,000.", texts, 0.5) is True
