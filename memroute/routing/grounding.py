@@ -36,10 +36,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Iterable, Sequence
 
-from memroute.text.memory_line import split_memory_text
 from memroute.routing.memory_view import only_asks, shown_reply
 from memroute.text.answers import codes, only_a_year, terms, without_full_dates
 from memroute.text.dates import MONTH_NAMES
+from memroute.text.memory_line import split_memory_text
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import ASKING_OPENINGS
 from memroute.types import Message, RetrievalHit, replied_here

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 
 from memroute.config.schema import RouterConfig
 from memroute.errors import ConfigError
-from memroute.text.memory_line import split_memory_text
 from memroute.routing.memory_view import (DATE_MODES, dates_for, only_asks, shown_reply,
                                           shows_date)
+from memroute.text.memory_line import split_memory_text
 from memroute.text.turn_kind import only_states
 from memroute.types import Message, RetrievalHit, chronological_key, format_session_date
 
