@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from memroute.errors import ConfigError
-from memroute.text.memory_line import parse_memory_line
+from memroute.text.memory_line import last_bulleted_line, parse_memory_line
 
 TEMPLATE_FIELDS = ("query", "memory", "memory_q", "memory_a", "tool_result")
 _RULE_KEYS = ("match", "memories", "logprob", "margin", "answer")
-# An injected memory: "- " + TurnPair.text(), i.e. "- [8 May 2023] Q: ... / A: ...".
-_MEMORY_START = re.compile(r"^- \[[^\]\n]{1,60}\] Q: ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -113,10 +111,9 @@ def latest_memory(system: str) -> tuple[str, str, str] | None:
     Found by the memory lines' own shape, not by the routing layer's block header (back ends sit
     below routing). The block closes the system prompt in chronological order: the last is newest.
     """
-    starts = [m.start() for m in _MEMORY_START.finditer(system)]
-    if not starts:
+    line = last_bulleted_line(system)  # an injected memory: "- " + TurnPair.text()
+    if line is None:
         return None
-    line = system[starts[-1] + 2 :].rstrip()  # after its "- " bullet
     parsed = parse_memory_line(line)
     if parsed is None:
         return None

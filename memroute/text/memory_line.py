@@ -19,6 +19,8 @@ _LABEL = r"\[[^\]\n]{1,60}\]"  # "[1 March 2024]", LoCoMo's "[D1:3, 1:56 pm on 8
 _LINE = re.compile(rf"(?:-\s*)?(?:{_LABEL}\s*)?Q:\s*(?P<turn>.*?)"
                    r"(?:\s+/\s+A(?::\s*(?P<reply>.*)|\s*))?", re.DOTALL)
 _LEADING_LABEL = re.compile(rf"{_LABEL}\s*")
+# Where a prompt's bulleted memory line starts: "- [date] Q: " at the start of a line.
+_BULLETED_START = re.compile(rf"^- {_LABEL} Q: ", re.MULTILINE)
 # A memory line's markup in a reply: it opens with "Q:" (after a bullet or date label), or holds
 # " Q: ... / A:" further on.
 _ECHO = re.compile(rf"^\s*(?:-\s*)?(?:{_LABEL}\s*)?Q:|(?:^|\s)Q: .*\s/ A:")
@@ -47,6 +49,13 @@ def split_memory_text(text: str) -> tuple[str, str]:
     text = text.strip()
     label = _LEADING_LABEL.match(text)
     return (text[label.end():] if label else text), ""
+
+
+def last_bulleted_line(text: str) -> str | None:
+    """The last "- [date] Q: ..." line of a prompt, less its bullet, to the end of ``text``; a
+    prompt's memory block lists memories oldest first and closes the prompt, so it is the newest."""
+    starts = [m.start() for m in _BULLETED_START.finditer(text)]
+    return text[starts[-1] + 2:].rstrip() if starts else None
 
 
 def echoes_memory(reply: str) -> bool:

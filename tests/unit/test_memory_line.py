@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memroute.text.memory_line import (MemoryLine, echoes_memory, parse_memory_line,
-                                       split_memory_text)
+from memroute.text.memory_line import (MemoryLine, echoes_memory, last_bulleted_line,
+                                       parse_memory_line, split_memory_text)
 from memroute.types import TurnPair
 
 
@@ -47,6 +47,15 @@ def test_a_memory_line_in_any_of_its_shapes(text: str, line: MemoryLine):
 ])
 def test_text_that_is_no_memory_line_is_not_read_as_one(text: str):
     assert parse_memory_line(text) is None
+
+
+def test_the_last_bulleted_line_of_a_prompt_is_its_newest_memory():
+    prompt = ("Answer briefly.\nMemories (oldest first):\n"
+              "- [1 May 2024] Q: My code is QT-8812. / A: Noted.\n"
+              "  - not a memory line\n"
+              "- [2 May 2024] Q: My code is now QT-9000.\n")
+    assert last_bulleted_line(prompt) == "[2 May 2024] Q: My code is now QT-9000."
+    assert last_bulleted_line("No memories here.\n- a plain bullet") is None
 
 
 def test_a_text_that_is_no_turn_pair_is_all_turn_without_its_date():
