@@ -14,6 +14,8 @@ A tier that fails there (down, timed out, crashing; not the request's own 4xx) i
 member escalates to the next tier, and ``RouteDecision.tiers_skipped`` says so. When the last tier
 fails, a lower tier's rejected answer is returned rather than nothing (flagged the same way); with
 no answer from any tier the member gets :class:`~memroute.errors.NoTierAnswered` (503).
+
+Whether a tier's reply is accepted is :mod:`memroute.routing.judge`'s to say.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from memroute.memory.facts.types import Fact
 from memroute.retrieval.followup import retrieval_query
 from memroute.routing.calibrator import Calibrator
 from memroute.routing.confidence import CONFIDENCE
-from memroute.routing.confidence_features import features as answer_features
 from memroute.routing.decoding import Decoding, count_prompt, decoding_for, generate_grouped
 from memroute.routing.echo import read_echo
 from memroute.routing.facts_block import FactsSource, facts_reader, read_facts, select_facts
-from memroute.routing.grounding import client_texts, grounded, sources
+from memroute.routing.grounding import client_texts
 from memroute.routing.isolation import Steps, keep
+from memroute.routing.judge import Judge, decision, fallback
 from memroute.routing.live import LiveHooks, live_result, streams
 from memroute.routing.members import Pending, Prompt
 from memroute.routing.request import RouteRequest, Tier, turn_pair_of
@@ -45,8 +47,7 @@ from memroute.routing.tier_failures import degrade_unreadable_memory, skip_faile
 from memroute.routing.tier_memories import candidates_k, memories_for
 from memroute.text.clip import clip_utf8
 from memroute.text.turn_kind import asks_something
-from memroute.types import (CallRecord, ModelReply, RetrievalHit, RouteDecision, RouteResult,
-                            TurnPair, validate_user_id)
+from memroute.types import ModelReply, RetrievalHit, RouteResult, TurnPair, validate_user_id
 
 MAX_QUERY_BYTES = 8192  # what retrieval searches with (the store's VARCHAR and query limits)
 
@@ -90,7 +91,6 @@ class Router:
         if cfg.use_memory and retriever is None:
             raise InvalidRequest("router.use_memory is on but no retriever was given", field="router.use_memory")
         check_router_settings(cfg, retrieval)
-        self.confidence_fn = CONFIDENCE.get(cfg.confidence, field="router.confidence")
         self.calibrator, self.threshold = calibrator_for(cfg, calibrator)
         # Routing off = a single model answers everything.
         self.tiers = list(tiers) if cfg.use_routing else [tiers[0]]
@@ -102,7 +102,10 @@ class Router:
         # Per tier, the models whose stored answers are no evidence for its own answer: itself
         # and the cheaper tiers (memroute.routing.grounding).
         ids = [t.backend.model_id for t in self.tiers]
-        self.untrusted = [frozenset(ids[: t + 1]) for t in range(len(ids))]
+        untrusted = [frozenset(ids[: t + 1]) for t in range(len(ids))]
+        self.untrusted = untrusted
+        self._judge = Judge(cfg, CONFIDENCE.get(cfg.confidence, field="router.confidence"),
+                            self.calibrator, self.threshold, untrusted)
         self._trust = trust_by(ids)  # which of a repeated question's copies to keep
 
     # -- public API -------------------------------------------------------------------------
@@ -294,7 +297,7 @@ class Router:
         still: list[Pending] = []
         if steps.isolate:
             members, replies = skip_failed_tier(t, tier.name, backend.model_id, last, members,
-                                                replies, out, still, self._fallback)
+                                                replies, out, still, fallback)
         members, replies = keep(members, replies, out, _member_index)
 
         def judge(member: tuple[Pending, Prompt], reply: ModelReply) -> RouteResult | None:
@@ -312,86 +315,15 @@ class Router:
                 out[p.index] = result
         return still
 
-    def _fallback(self, p: Pending) -> RouteResult:
-        """The best answer there is when the tiers above failed: the latest rejected one."""
-        assert p.rejected is not None
-        t, model_id, prompt, reply = p.rejected
-        for call in p.calls:
-            call.accepted = call.tier == t
-        return _result(reply, self._decision(t, model_id, p, prompt), p, prompt)
-
-    def _decision(self, t: int, model_id: str, p: Pending, prompt: Prompt) -> RouteDecision:
-        return RouteDecision(
-            answered_tier=t,
-            answered_model=model_id,
-            confidences=list(p.confidences),
-            escalated=t > 0 and not p.pinned,
-            memories=prompt.memories,
-            memory_degraded=p.memory_degraded,
-            tiers_skipped=list(p.skipped),
-        )
-
-    def _statement(self, query: str) -> bool:
-        """A turn the calibrator does not judge: it asks nothing (``router.statement_tau``)."""
-        return self.cfg.statement_tau is not None and not asks_something(query)
-
-    def _judge(
-        self, t: int, tier: Tier, last: bool, tau: float | None, p: Pending, prompt: Prompt,
-        reply: ModelReply,
-    ) -> RouteResult | None:
-        """Record the call on ``p``; its result when accepted, None to escalate."""
-        backend = tier.backend
-        if self.calibrator is None or self._statement(p.query):
-            c = self.confidence_fn(reply, self.cfg.l_min)
-            if self.calibrator is not None:
-                tau = self.cfg.statement_tau if tau is None else tau
-        else:  # P(correct) from the answer's features (memroute.routing.confidence_features)
-            c = self.calibrator.predict(answer_features(reply, prompt.memories, p.query))
-        g = self._grounded(t, prompt, reply, p.query)
-        accepted = last or (c >= (self.threshold if tau is None else tau) and g is not False)
-        p.confidences.append(c)
-        p.calls.append(
-            CallRecord(
-                tier=t,
-                model_id=backend.model_id,
-                base_prompt_tokens=prompt.base_tokens,
-                injected_tokens=reply.prompt_tokens - prompt.base_tokens - prompt.history_tokens,
-                history_tokens=prompt.history_tokens,
-                output_tokens=reply.completion_tokens,
-                eff_cost=tier.pricing.eff_cost(reply.prompt_tokens, reply.completion_tokens,
-                                               reply.cached_tokens),
-                latency_s=reply.latency_s,
-                confidence=c,
-                accepted=accepted,
-                params_b=tier.pricing.params_b,
-                cached_tokens=reply.cached_tokens,
-                ttft_s=reply.ttft_s,
-                grounded=g,
-                answer=reply.text,
-            )
-        )
-        if not accepted:
-            p.rejected = (t, backend.model_id, prompt, reply)
-            return None
-        return _result(reply, self._decision(t, backend.model_id, p, prompt), p, prompt)
-
-    def _grounded(self, t: int, prompt: Prompt, reply: ModelReply, query: str) -> bool | None:
-        """Whether tier ``t``'s answer was read from a trusted source; None: not checked."""
-        if prompt.evidence is None:
-            return None
-        texts = sources(prompt.memories, self.untrusted[t], prompt.evidence, query,
-                        closest=self.cfg.grounding == "closest")
-        return grounded(reply.text, texts, self.cfg.grounding_share, query)
-
     # -- streaming: memroute.routing.live -----------------------------------------------------
 
     def _live_hooks(self, t: int, tier: Tier, p: Pending, prompt: Prompt,
                     req: RouteRequest) -> LiveHooks:
         store = self.cfg.store_answers and self.retriever is not None and req.store
         return LiveHooks(
-            decision=self._decision(t, tier.backend.model_id, p, prompt),
+            decision=decision(t, tier.backend.model_id, p, prompt),
             judge=lambda reply: self._judge(t, tier, True, None, p, prompt, reply),
-            fallback=lambda: self._fallback(p),
+            fallback=lambda: fallback(p),
             remember=(lambda res: self._remember([turn_pair_of(req, res)])) if store else None,
         )
 
@@ -399,7 +331,3 @@ class Router:
 def _now(req: RouteRequest) -> float:
     return float(req.session_time) if req.session_time is not None else time.time()
 
-
-def _result(reply: ModelReply, decision: RouteDecision, p: Pending, prompt: Prompt) -> RouteResult:
-    return RouteResult(reply.text.strip(), decision, p.calls, reply=reply,
-                       messages=prompt.messages, decoding=prompt.decoding.report())
