@@ -34,11 +34,12 @@ string work, no model call: about 0.2 ms per answer against five memories.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Collection, Iterable, Sequence
 
 from memroute.routing.memory_view import only_asks, shown_reply
 from memroute.text.answers import codes, only_a_year, terms, without_full_dates
-from memroute.text.dates import MONTH_NAMES
+from memroute.text.dates import DAY_NUM, MONTH_NAMES
 from memroute.text.memory_line import split_memory_text
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import ASKING_OPENINGS
@@ -135,6 +136,17 @@ def client_texts(history: Sequence[Message], tail: Sequence[Message]) -> list[st
 
 
 _MONTH_NAMES = frozenset(MONTH_NAMES)
+# "may" names the month beside a day or a year ("12 May", "May 2024"), not as a verb ("you may
+# want to ...", which would hold a source without a month to the answer's month).
+_MAY_THE_MONTH = re.compile(rf"\b{DAY_NUM}[\s,]+may\b|\bmay[\s,]+\d", re.IGNORECASE)
+
+
+def _months(words: frozenset[str], text: str) -> frozenset[str]:
+    """The months ``text`` names, of its terms ``words``."""
+    named = words & _MONTH_NAMES
+    if "may" in named and not _MAY_THE_MONTH.search(text):
+        named -= {"may"}
+    return named
 
 
 def grounded(answer: str, texts: Sequence[str], share: float,
@@ -165,11 +177,11 @@ def grounded(answer: str, texts: Sequence[str], share: float,
     # A month is claimed as a number is, from a text that names one: the 0.5B's "2024-12-12" for
     # "12 April 2024" held the day and the year, 2 of its 3 terms (seed 35, accepted 3 times).
     # A text that writes its dates in digits ("8/5/2024") names no month to hold.
-    months = kept & _MONTH_NAMES
+    months = _months(kept, answer)
     need = share * len(kept)
     for text in texts:
         said = terms(text)
         have = kept & said
-        if numbers <= have and len(have) >= need and (months <= have or not said & _MONTH_NAMES):
+        if numbers <= have and len(have) >= need and (months <= have or not _months(said, text)):
             return True
     return False

@@ -75,6 +75,19 @@ def test_a_date_s_month_must_be_read_too():
     assert grounded("April 12", texts, 0.5) is True
 
 
+def test_the_verb_may_names_no_month():
+    # A source that writes its date in digits names no month to hold the answer to; "may" as a
+    # verb does not make it name one, and "May" beside a day or a year does.
+    verb = ["I may fly out on 8/5/2024."]
+    assert grounded("5 August 2024", verb, 0.5) is True
+    assert grounded("5 August 2024", ["I fly out on 8/5/2024."], 0.5) is True
+    month = ["I fly out on 8 May 2024."]
+    assert grounded("8 August 2024", month, 0.5) is False
+    assert grounded("8 May 2024", month, 0.5) is True
+    # nor does the verb in an answer claim the month of May
+    assert grounded("You may go on 12 April 2024.", ["My visit is on 12 April 2024."], 0.5) is True
+
+
 def test_every_number_must_come_from_one_source():
     texts = ["My car budget is $37,000.", "I bought the car in 2019."]
     assert grounded("Your car budget is $37,000.", texts, 0.5) is True
