@@ -166,6 +166,19 @@ def test_a_shared_name_does_not_keep_a_replaced_amount_current():
     assert superseded_by(later, [memory_of(same)]) == []
 
 
+def test_an_amount_written_without_its_sign_is_the_same_money():
+    # seed 35: the 0.5B answered "36,500" for "$36,500", and "$40,500" left that answer current
+    old = [pair(0, "We set the renovation budget at $36,500."),
+           pair(1, "How much is the renovation budget?", "36,500"),
+           pair(2, "How much is the renovation budget?", "40,500"),    # already the new amount
+           pair(3, "What is our renovation budget?", "$40.5k")]        # so is this
+    new = pair(4, "We changed the renovation budget to $40,500.")
+    assert superseded_by(new, [memory_of(p) for p in old]) == [old[0].id, old[1].id]
+    # ...and a grouped number is one amount, not two codes sharing their "000"
+    goal = pair(5, "My step goal is 10,000 a day.")
+    assert superseded_by(pair(6, "My step goal is now 12,000."), [memory_of(goal)]) == [goal.id]
+
+
 def test_when_it_happened_is_not_what_it_is_about():
     old = pair(0, "My locker code is ZX-4471.")
     new = pair(1, "My locker code changed this week, it's QT-8812 now.")
