@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from memroute.memory.values import Value, reply_text, values
+from memroute.text.answers import terms
 from memroute.text.memory_line import echoes_memory, split_memory_text
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import only_states
@@ -97,10 +98,16 @@ _QUESTION_START = re.compile(
 # "40,500" also shared their "500".
 _BARE_AMOUNT = re.compile(r"(?<![\w$€£.,-])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,-]|\.\d)")
 _SCALE = {"k": 1_000, "m": 1_000_000}
+_YEAR = re.compile(r"\d{4}")
 
 
 def _norm(v: Value) -> str:
-    """What rule 4 compares: a money value's amount ("$40,500", "40,500" and "$40.5k" alike)."""
+    """What rule 4 compares: a money value's amount ("$40,500", "40,500" and "$40.5k" alike),
+    and a date's day and month ("2024-05-17", "17 May 2024" and "May 17th" alike: the 0.5B
+    answers in ISO form, and "rescheduled to 20 May 2024" left its "2024-05-17" current, seed
+    36). A change of year alone is not told apart."""
+    if v.kind == "date":
+        return " ".join(sorted(t for t in terms(v.norm) if not _YEAR.fullmatch(t)))
     if v.kind != "money":
         return v.norm
     digits = re.sub(r"[^\d.km]", "", v.norm)

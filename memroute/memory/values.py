@@ -22,7 +22,8 @@ _QUOTES = "'\"\u2018\u2019\u201c\u201d"
 _VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("money", re.compile(r"[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmM]\b)?")),
     ("date", re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b(?:,?\s+\d{{4}})?"
-                        rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}})?", re.I)),
+                        rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}})?"
+                        r"|\b\d{4}-\d{1,2}-\d{1,2}\b", re.I)),  # the 0.5B's "2024-05-17"
     ("time", re.compile(r"\b\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)(?!\w)"
                         r"|\b\d{1,2}:\d{2}\b", re.I)),
     # A quoted title: 'The Silent Archive', "Dune" (before codes: a title may hold a number).

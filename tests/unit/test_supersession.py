@@ -27,6 +27,7 @@ def pair(i: int, user: str, answer: str = "Noted.", *, uid: str = U) -> TurnPair
     ("My locker code is ZX-4471.", "code"),
     ("The standup moved to 9:15 am.", "time"),
     ("My dentist appointment is on 12 June 2027.", "date"),
+    ("2027-06-12", "date"),
     ("We set the travel budget at $20,500.", "money"),
     ("We went with Northwind as our caterer.", "name"),
 ])
@@ -177,6 +178,15 @@ def test_an_amount_written_without_its_sign_is_the_same_money():
     # ...and a grouped number is one amount, not two codes sharing their "000"
     goal = pair(5, "My step goal is 10,000 a day.")
     assert superseded_by(pair(6, "My step goal is now 12,000."), [memory_of(goal)]) == [goal.id]
+
+
+def test_a_date_in_iso_form_is_the_same_date():
+    # seed 36: the 0.5B answered "2024-05-17", and "rescheduled to 20 May 2024" left it current
+    old = [pair(0, "What date is my car service appointment?", "2024-05-17"),
+           pair(1, "What date is my car service appointment?", "2024-05-20"),  # the new date
+           pair(2, "When is my car service appointment?", "On May 20th.")]     # so is this
+    new = pair(3, "I rescheduled the car service appointment to 20 May 2024.")
+    assert superseded_by(new, [memory_of(p) for p in old]) == [old[0].id]
 
 
 def test_when_it_happened_is_not_what_it_is_about():
