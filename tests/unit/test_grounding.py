@@ -462,3 +462,17 @@ def test_closest_grounding_reads_only_the_statement_closest_to_the_question():
     router.tiers[0].backend.answer = "YC-4149"
     res = router.route("alice", question, session_time=MAY_8 + 120)
     assert res.decision.answered_tier == 0 and res.calls[0].grounded is True
+
+
+def test_closest_prefers_the_source_naming_the_questions_own_thing():
+    # seed 35: each source shares one subject word ("live", "cousin"); "Boise" was read.
+    friend = hit("[4 April 2024] Q: My best friend lives in Boise. / A: Noted.", "small", 1)
+    cousin = hit("[9 March 2024] Q: My cousin moved again, to Porto this time. / A: Noted.",
+                 "small", 2)
+    question = "Hey, where does my cousin live? Thanks!"
+    texts = sources([friend, cousin], {"small"}, question=question, closest=True)
+    assert texts == ["My cousin moved again, to Porto this time."]
+    assert grounded("Boise", texts, 0.5, question) is False
+    assert grounded("Porto", texts, 0.5, question) is True
+    # without the closest rule both stay sources
+    assert len(sources([friend, cousin], {"small"}, question=question)) == 2
