@@ -24,7 +24,11 @@ accepted only when one trusted source holds every number and code of the answer 
 words with the question: one shared word lets "I changed my building gate code, it's EJ-9569
 now." ground "EJ-9569" for "Which code opens my garage door?" when "My garage door code is
 YC-4149." shares three (2,000-request trace), and "My sister's birthday is 5 April." a father's.
-A user turn that only asks holds no value and does not count.
+A user turn that only asks holds no value and does not count. Ties go to the source naming the
+question's own "my X" (:func:`possessed`), then to the one with fewer words of its own: "We set
+the car budget at $22,500." shares "set" and "budget" with "What did we set the renovation
+budget at?" as "Our renovation budget is $39,000." shares "renovation" and "budget", and only
+the second names nothing the question does not (seed 37: the 0.5B's "22,500", accepted twice).
 
 Not the memory's date label, and not the question itself: an answer of the question's own
 words is an echo, not an answer. An answer with no kept word ("Yes.") is not judged here. Pure
@@ -37,6 +41,7 @@ import functools
 import re
 from collections.abc import Collection, Iterable, Sequence
 
+from memroute.memory.values import values
 from memroute.routing.memory_view import only_asks, shown_reply
 from memroute.text.answers import codes, only_a_year, terms, without_full_dates
 from memroute.text.dates import DAY_NUM, MONTH_NAMES
@@ -59,20 +64,22 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
     words with ``question`` (module doc)."""
     subject = None if question is None else subject_words(question)
     owned = frozenset() if question is None else possessed(question)
-    # (the question's possessed things it names, subject words shared), text
-    scored: list[tuple[tuple[int, int], str]] = []
+    # (the question's possessed things it names, subject words shared, - words of its own), text
+    scored: list[tuple[tuple[int, int, int], str]] = []
     for h in hits:
         asked, answer = split_memory_text(h.memory.text)[0], shown_reply(h.memory)
         words = subject_words(asked)
         shared = len(subject & words) if subject is not None else 1
-        rank = len(owned & words), shared
+        # its own words, values aside: a statement's value ("ZX-4471", "Boise") is no subject
+        own = 0 if subject is None else len(subject_words(values(asked)[1]) - subject)
+        rank = len(owned & words), shared, -own
         if shared and not (closest and only_asks(asked)):
             scored.append((rank, asked))
         if not answer or h.memory.source_model in untrusted_models:
             continue
         if shared or not h.memory.source_model:
-            scored.append(((rank[0], max(shared, 1)), answer))
-    best = max((n for n, _ in scored), default=(0, 0)) if closest else (0, 0)
+            scored.append(((rank[0], max(shared, 1), rank[2]), answer))
+    best = max((n for n, _ in scored), default=(0, 0, 0)) if closest else (0, 0, -10**9)
     out = [text for n, text in scored if n >= best]
     out.extend(t for t in extra if t)
     return out

@@ -476,3 +476,19 @@ def test_closest_prefers_the_source_naming_the_questions_own_thing():
     assert grounded("Porto", texts, 0.5, question) is True
     # without the closest rule both stay sources
     assert len(sources([friend, cousin], {"small"}, question=question)) == 2
+
+
+def test_closest_breaks_a_tie_by_the_words_a_source_adds():
+    # seed 37: each statement shares two subject words with the question; "22,500" was read.
+    car = hit("[11 March 2024] Q: We set the car budget at $22,500. / A: Noted.", "small", 1)
+    renovation = hit("[8 March 2024] Q: Our renovation budget is $39,000. / A: Noted.", "small", 2)
+    question = "What did we set the renovation budget at? I keep forgetting."
+    texts = sources([car, renovation], {"small"}, question=question, closest=True)
+    assert texts == ["Our renovation budget is $39,000."]
+    assert grounded("22,500", texts, 0.5, question) is False
+    assert grounded("$39,000", texts, 0.5, question) is True
+    # a statement's value is none of its own words: it ties with a stronger tier's answer
+    code = hit("[1 March 2024] Q: My locker code is ZX-4471. / A: Noted.", "small", 3)
+    asked = hit("[2 March 2024] Q: Remind me of my locker code. / A: ZX-4471", "large", 4)
+    texts = sources([code, asked], {"small"}, question="What is my locker code?", closest=True)
+    assert "My locker code is ZX-4471." in texts and "ZX-4471" in texts
