@@ -70,8 +70,11 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
         asked, answer = split_memory_text(h.memory.text)[0], shown_reply(h.memory)
         words = subject_words(asked)
         shared = len(subject & words) if subject is not None else 1
-        # its own words, values aside: a statement's value ("ZX-4471", "Boise") is no subject
-        own = 0 if subject is None else len(subject_words(values(asked)[1]) - subject)
+        # its own words, values aside: a statement's value ("ZX-4471", "Boise") is no subject;
+        # only ``closest`` ranks, so only it counts them
+        own = 0
+        if closest and subject is not None:
+            own = len(subject_words(values(asked)[1]) - subject)
         rank = len(owned & words), shared, -own
         if shared and not (closest and only_asks(asked)):
             scored.append((rank, asked))
@@ -79,8 +82,8 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
             continue
         if shared or not h.memory.source_model:
             scored.append(((rank[0], max(shared, 1), rank[2]), answer))
-    best = max((n for n, _ in scored), default=(0, 0, 0)) if closest else (0, 0, -10**9)
-    out = [text for n, text in scored if n >= best]
+    best = max((n for n, _ in scored), default=None)
+    out = [text for n, text in scored if not closest or n == best]
     out.extend(t for t in extra if t)
     return out
 
