@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from memroute.memory.values import Value, reply_text, values
 from memroute.text.answers import terms
 from memroute.text.memory_line import echoes_memory, split_memory_text
+from memroute.text.possessive import possessed
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import only_states
 from memroute.types import Memory, RetrievalHit, TurnPair
@@ -260,21 +261,9 @@ def superseded_by(new: TurnPair, older: Iterable[Memory], similar: Similarity | 
     return [m.id for m in sorted(hits, key=_order)]
 
 
-_POSSESSED = re.compile(r"\b(?:my|our)\s+([a-z][\w'-]*)(?:\s+([a-z][\w'-]*))?", re.I)
-
-
 def _possessed(text: str) -> frozenset[str]:
-    """Stems of what ``text`` says is the user's: the first word after "my"/"our" that is not
-    generic ("my old car" -> car, "my sister's birthday" -> sister)."""
-    drop = _dropped_words()
-    out = set()
-    for m in _POSSESSED.finditer(text):
-        for word in m.groups():
-            stems = unigrams(word or "", stem=True)
-            if stems and stems[0] not in drop:
-                out.add(stems[0])
-                break
-    return frozenset(out)
+    """Stems of what ``text`` says is the user's, generic words skipped ("my old car" -> car)."""
+    return possessed(text, _dropped_words())
 
 
 def _another_thing(statement: str, older: str) -> bool:

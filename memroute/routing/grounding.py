@@ -46,6 +46,7 @@ from memroute.routing.memory_view import only_asks, shown_reply
 from memroute.text.answers import codes, only_a_year, terms, without_full_dates
 from memroute.text.dates import DAY_NUM, MONTH_NAMES
 from memroute.text.memory_line import split_memory_text
+from memroute.text.possessive import possessed
 from memroute.text.tokenize import unigrams
 from memroute.text.turn_kind import ASKING_OPENINGS
 from memroute.types import Message, RetrievalHit, replied_here
@@ -63,7 +64,7 @@ def sources(hits: Sequence[RetrievalHit], untrusted_models: Collection[str],
     (``router.grounding=closest``): of the memories' turns, only those sharing the most subject
     words with ``question`` (module doc)."""
     subject = None if question is None else subject_words(question)
-    owned = frozenset() if question is None else possessed(question)
+    owned = frozenset() if question is None else _owned(question)
     # (the question's possessed things it names, subject words shared, - words of its own), text
     scored: list[tuple[tuple[int, int, int], str]] = []
     for h in hits:
@@ -111,16 +112,19 @@ def subject_words(text: str) -> frozenset[str]:
     return frozenset(unigrams(text, stem=True)) - _asking()
 
 
-_POSSESSIVE = re.compile(r"\b(?:my|our)\s+(\w+)", re.I)
-
-
-def possessed(question: str) -> frozenset[str]:
+def _owned(question: str) -> frozenset[str]:
     """The things the question names as the user's, stemmed: "cousin" of "where does my cousin
-    live?". Under ``closest`` a source naming them outranks one sharing more other words: "My
-    best friend lives in Boise." shared "live" with that question as "My cousin moved again, to
-    Porto this time." shared "cousin", and the 0.5B's "Boise" was read (seed 35)."""
-    found = " ".join(_POSSESSIVE.findall(question))
-    return frozenset(unigrams(found, stem=True)) - _asking()
+    live?", "roommate" of "my old roommate". Under ``closest`` a source naming them outranks
+    one sharing more other words: "My best friend lives in Boise." shared "live" with that
+    question as "My cousin moved again, to Porto this time." shared "cousin", and the 0.5B's
+    "Boise" was read (seed 35)."""
+    return possessed(question, _not_owned())
+
+
+@functools.cache
+def _not_owned() -> frozenset[str]:
+    """Words before the thing a "my" names ("my old roommate" is the roommate), stemmed."""
+    return _asking() | frozenset(unigrams("old new current former", stem=True))
 
 
 def on_subject(hits: Sequence[RetrievalHit], question: str) -> list[RetrievalHit]:

@@ -478,6 +478,17 @@ def test_closest_prefers_the_source_naming_the_questions_own_thing():
     assert len(sources([friend, cousin], {"small"}, question=question)) == 2
 
 
+def test_closest_reads_the_thing_an_adjective_stands_before():
+    # "my old roommate" is the roommate: read as "old", it ranked first a source on "my old
+    # neighbour" that also shares "live", and "Salzburg" held for the roommate's city.
+    neighbour = hit("[4 April 2024] Q: My old neighbour lives in Salzburg. / A: Noted.", "small", 1)
+    roommate = hit("[9 March 2024] Q: My roommate moved to Bergen. / A: Noted.", "small", 2)
+    question = "Which city does my old roommate live in?"
+    texts = sources([neighbour, roommate], {"small"}, question=question, closest=True)
+    assert texts == ["My roommate moved to Bergen."]
+    assert grounded("Salzburg", texts, 0.5, question) is False
+
+
 def test_closest_breaks_a_tie_by_the_words_a_source_adds():
     # seed 37: each statement shares two subject words with the question; "22,500" was read.
     car = hit("[11 March 2024] Q: We set the car budget at $22,500. / A: Noted.", "small", 1)
