@@ -43,7 +43,8 @@ from collections.abc import Collection, Iterable, Sequence
 
 from memroute.memory.values import values
 from memroute.routing.memory_view import only_asks, shown_reply
-from memroute.text.answers import codes, only_a_year, terms, without_full_dates
+from memroute.text.answers import (codes, only_a_month, only_a_year, terms, without_dated_days,
+                                   without_full_dates)
 from memroute.text.dates import DAY_NUM, MONTH_NAMES
 from memroute.text.memory_line import split_memory_text
 from memroute.text.possessive import possessed
@@ -203,6 +204,8 @@ def grounded(answer: str, texts: Sequence[str], share: float,
         kept -= asked  # the question's words are no claim: "59 squared is 3481." claims 3481
     if only_a_year(kept):  # a year cut from a date ("2024" for "9 May 2024") is no answer
         texts = [without_full_dates(t) for t in texts]
+    elif only_a_month(kept):  # nor a month cut from one ("May 2024" for it; seed 38, 3 times)
+        texts = [without_dated_days(t) for t in texts]
     numbers = {t for t in kept if t.isdigit()} | (codes(answer) & kept)
     # A month is claimed as a number is, from a text that names one: the 0.5B's "2024-12-12" for
     # "12 April 2024" held the day and the year, 2 of its 3 terms (seed 35, accepted 3 times).

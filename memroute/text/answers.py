@@ -80,6 +80,24 @@ _FULL_DATE = re.compile(  # "9 May 2024", "9th of May, 2024", "May 9, 2024", "20
 _YEAR = re.compile(r"[12]\d{3}")
 
 
+# A date that names its day: "9 May", "9th of May, 2024", "May 9", "2024-05-09".
+_DAY_DATE = re.compile(
+    rf"\b{DAY_NUM}\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}}\b)?"
+    rf"|\b{_MONTH}\s+{DAY_NUM}\b(?:,?\s+\d{{4}}\b)?"
+    r"|\b\d{4}-\d{2}-\d{2}\b", re.I)
+
+
+def without_dated_days(text: str) -> str:
+    """``text`` with its dates that name a day (and a month) cut out."""
+    return _DAY_DATE.sub(" ", text)
+
+
+def only_a_month(kept: frozenset[str]) -> bool:
+    """The terms (:func:`terms`) are a month, or a month and a year: no day."""
+    months = kept & frozenset(MONTH_NAMES)
+    return bool(months) and all(t in months or _YEAR.fullmatch(t) for t in kept)
+
+
 def without_full_dates(text: str) -> str:
     """``text`` with its full dates (a day, a month and a year) cut out."""
     return _FULL_DATE.sub(" ", text)

@@ -66,6 +66,19 @@ def test_an_iso_date_reads_as_the_date_it_writes():
     assert holds_value("On 2024-04-09.", ["9 April 2024"]) is True
 
 
+def test_a_month_cut_from_a_date_is_not_read():
+    # seed 38: "May 2024" for "When is my car service appointment?", shown "9 May 2024",
+    # accepted twice; "May" for a birthday on "9 May" once.
+    texts = ["I booked the car service for 9 May 2024.", "My grandmother's birthday is 9 May."]
+    assert grounded("May 2024", texts, 0.5) is False
+    assert grounded("May", texts, 0.5) is False
+    assert grounded("9 May 2024", texts, 0.5) is True
+    assert grounded("May 9th", texts, 0.5) is True
+    # a month the text says on its own is read as before
+    assert grounded("May", ["We moved the wedding to May."], 0.5) is True
+    assert grounded("May 2024", ["The launch is in May 2024."], 0.5) is True
+
+
 def test_a_date_s_month_must_be_read_too():
     # seed 35: "2024-12-12" for "12 April 2024" held the day and the year, 2 of its 3 terms.
     texts = ["I booked my car service appointment for 12 April 2024."]
