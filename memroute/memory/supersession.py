@@ -99,16 +99,16 @@ _QUESTION_START = re.compile(
 # "40,500" also shared their "500".
 _BARE_AMOUNT = re.compile(r"(?<![\w$€£.,-])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,-]|\.\d)")
 _SCALE = {"k": 1_000, "m": 1_000_000}
-_YEAR = re.compile(r"\d{4}")
+_YEAR = re.compile(r"[12]\d{3}")
 
 
 def _norm(v: Value) -> str:
-    """What rule 4 compares: a money value's amount ("$40,500", "40,500" and "$40.5k" alike),
-    and a date's day and month ("2024-05-17", "17 May 2024" and "May 17th" alike: the 0.5B
-    answers in ISO form, and "rescheduled to 20 May 2024" left its "2024-05-17" current, seed
-    36). A change of year alone is not told apart."""
+    """What rule 4 compares (:func:`_alike`): a money value's amount ("$40,500", "40,500" and
+    "$40.5k" alike), and a date's terms, sorted ("2024-05-17", "17 May 2024" and "May 17th"
+    alike: the 0.5B answers in ISO form, and "rescheduled to 20 May 2024" left its
+    "2024-05-17" current, seed 36)."""
     if v.kind == "date":
-        return " ".join(sorted(t for t in terms(v.norm) if not _YEAR.fullmatch(t)))
+        return " ".join(sorted(terms(v.norm)))
     if v.kind != "money":
         return v.norm
     digits = re.sub(r"[^\d.km]", "", v.norm)
@@ -117,6 +117,25 @@ def _norm(v: Value) -> str:
     except ValueError:
         return v.norm
     return str(int(amount)) if amount.is_integer() else str(amount)
+
+
+def _alike(kind: str, a: str, b: str) -> bool:
+    """Two normed values (:func:`_norm`) are the same value. Dates are the same when their day
+    and month are and their years do not differ: "17 May" is "17 May 2024" (one says no year),
+    "9 May 2025" is not "9 May 2024"."""
+    if kind != "date" or a == b:
+        return a == b
+    a_terms, b_terms = a.split(), b.split()
+    a_years = {t for t in a_terms if _YEAR.fullmatch(t)}
+    b_years = {t for t in b_terms if _YEAR.fullmatch(t)}
+    same_day = set(a_terms) - a_years == set(b_terms) - b_years
+    return same_day and (not a_years or not b_years or a_years == b_years)
+
+
+def _holds(kind: str, norms: Iterable[str], of: Iterable[str]) -> bool:
+    """One of ``norms`` is one of the values ``of`` (both normed, of ``kind``)."""
+    of = tuple(of)
+    return any(_alike(kind, n, o) for n in norms for o in of)
 
 
 def _with_amounts(found: tuple[Value, ...], text: str) -> tuple[Value, ...]:
@@ -230,7 +249,7 @@ def replaces_value(update: Update, memory_text: str) -> bool:
     held = _read(memory_text).held
     for kind in {v.kind for v in update.values}:
         new = {_norm(v) for v in update.values if v.kind == kind}
-        if held.get(kind) and not held[kind] & new:  # not already the new value
+        if held.get(kind) and not _holds(kind, held[kind], new):  # not already the new value
             return True
     return False
 
@@ -356,8 +375,9 @@ def contradicts_itself(question: str, answer: str, any_kind: bool = False) -> bo
     update = as_update(question)
     if update is None:
         return False
-    new, kinds = {_norm(v) for v in update.values}, {v.kind for v in update.values}
-    return any((any_kind or v.kind in kinds) and _norm(v) not in new
+    kinds = {v.kind for v in update.values}
+    return any((any_kind or v.kind in kinds)
+               and not _holds(v.kind, [_norm(v)], [_norm(n) for n in update.values])
                for v in values(reply_text(answer))[0])
 
 

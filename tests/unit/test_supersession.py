@@ -189,6 +189,14 @@ def test_a_date_in_iso_form_is_the_same_date():
     assert superseded_by(new, [memory_of(p) for p in old]) == [old[0].id]
 
 
+def test_a_change_of_year_alone_is_another_date():
+    old = [pair(0, "When is the conference?", "12 October 2026"),
+           pair(1, "When is the conference?", "On 12 October."),  # no year: the new date too
+           pair(2, "When is the conference?", "2027-10-12")]      # the new date in ISO form
+    new = pair(3, "The conference moved to 12 October 2027.")
+    assert superseded_by(new, [memory_of(p) for p in old]) == [old[0].id]
+
+
 def test_when_it_happened_is_not_what_it_is_about():
     old = pair(0, "My locker code is ZX-4471.")
     new = pair(1, "My locker code changed this week, it's QT-8812 now.")
