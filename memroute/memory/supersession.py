@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from memroute.memory.values import Value, reply_text, values
-from memroute.text.answers import terms
+from memroute.text.answers import is_year, terms
 from memroute.text.memory_line import echoes_memory, split_memory_text
 from memroute.text.possessive import possessed
 from memroute.text.tokenize import unigrams
@@ -99,7 +99,6 @@ _QUESTION_START = re.compile(
 # "40,500" also shared their "500".
 _BARE_AMOUNT = re.compile(r"(?<![\w$€£.,-])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,-]|\.\d)")
 _SCALE = {"k": 1_000, "m": 1_000_000}
-_YEAR = re.compile(r"[12]\d{3}")
 
 
 def _norm(v: Value) -> str:
@@ -126,8 +125,8 @@ def _alike(kind: str, a: str, b: str) -> bool:
     if kind != "date" or a == b:
         return a == b
     a_terms, b_terms = a.split(), b.split()
-    a_years = {t for t in a_terms if _YEAR.fullmatch(t)}
-    b_years = {t for t in b_terms if _YEAR.fullmatch(t)}
+    a_years = {t for t in a_terms if is_year(t)}
+    b_years = {t for t in b_terms if is_year(t)}
     same_day = set(a_terms) - a_years == set(b_terms) - b_years
     return same_day and (not a_years or not b_years or a_years == b_years)
 
@@ -375,9 +374,8 @@ def contradicts_itself(question: str, answer: str, any_kind: bool = False) -> bo
     update = as_update(question)
     if update is None:
         return False
-    kinds = {v.kind for v in update.values}
-    return any((any_kind or v.kind in kinds)
-               and not _holds(v.kind, [_norm(v)], [_norm(n) for n in update.values])
+    kinds, new = {v.kind for v in update.values}, [_norm(v) for v in update.values]
+    return any((any_kind or v.kind in kinds) and not _holds(v.kind, [_norm(v)], new)
                for v in values(reply_text(answer))[0])
 
 

@@ -74,17 +74,22 @@ _CODE = re.compile(r"(?<![\w-])[a-z0-9]+(?:-[a-z0-9]+)+(?![\w-])", re.I)
 
 
 _MONTH = rf"(?:{MONTH})\b\.?"  # "May", "Sept." (not "markets")
-_FULL_DATE = re.compile(  # "9 May 2024", "9th of May, 2024", "May 9, 2024", "2024-05-09"
-    rf"\b{DAY_NUM}\s+(?:of\s+)?{_MONTH},?\s+\d{{4}}\b|\b{_MONTH}\s+{DAY_NUM},?\s+\d{{4}}\b"
-    r"|\b\d{4}-\d{2}-\d{2}\b", re.I)
+
+
+def _dates(year: str) -> re.Pattern[str]:
+    """Dates that name a day and a month, followed by ``year`` (a pattern), or in ISO form."""
+    return re.compile(rf"\b{DAY_NUM}\s+(?:of\s+)?{_MONTH}{year}|\b{_MONTH}\s+{DAY_NUM}\b{year}"
+                      r"|\b\d{4}-\d{2}-\d{2}\b", re.I)
+
+
+_FULL_DATE = _dates(r",?\s+\d{4}\b")  # "9 May 2024", "9th of May, 2024", "May 9, 2024", ISO
+_DAY_DATE = _dates(r"(?:,?\s+\d{4}\b)?")  # the same, or with no year: "9 May", "May 9"
 _YEAR = re.compile(r"[12]\d{3}")
 
 
-# A date that names its day: "9 May", "9th of May, 2024", "May 9", "2024-05-09".
-_DAY_DATE = re.compile(
-    rf"\b{DAY_NUM}\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}}\b)?"
-    rf"|\b{_MONTH}\s+{DAY_NUM}\b(?:,?\s+\d{{4}}\b)?"
-    r"|\b\d{4}-\d{2}-\d{2}\b", re.I)
+def is_year(term: str) -> bool:
+    """``term`` (one of :func:`terms`) is a year: "2024"."""
+    return bool(_YEAR.fullmatch(term))
 
 
 def without_dated_days(text: str) -> str:
@@ -95,7 +100,7 @@ def without_dated_days(text: str) -> str:
 def only_a_month(kept: frozenset[str]) -> bool:
     """The terms (:func:`terms`) are a month, or a month and a year: no day."""
     months = kept & frozenset(MONTH_NAMES)
-    return bool(months) and all(t in months or _YEAR.fullmatch(t) for t in kept)
+    return bool(months) and all(t in months or is_year(t) for t in kept)
 
 
 def without_full_dates(text: str) -> str:
@@ -105,7 +110,7 @@ def without_full_dates(text: str) -> str:
 
 def only_a_year(kept: frozenset[str]) -> bool:
     """The terms (:func:`terms`) are one four-digit number: a year, or a number like one."""
-    return len(kept) == 1 and bool(_YEAR.fullmatch(next(iter(kept))))
+    return len(kept) == 1 and is_year(next(iter(kept)))
 
 
 def codes(text: str) -> frozenset[str]:
